@@ -1,0 +1,38 @@
+# Thin wrapper over CMake: `make`, `make test`, `make debug`, `make bench`.
+BUILD ?= build
+JOBS  ?= $(shell nproc)
+GEN   := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
+
+.PHONY: all build test debug debug-test bench bench-quick bench-instr clean
+
+all: build
+
+$(BUILD)/.configured: CMakeLists.txt
+	cmake -S . -B $(BUILD) $(GEN) -DCMAKE_BUILD_TYPE=Release -DHAKMEM_DEBUG=OFF
+	@touch $@
+
+build: $(BUILD)/.configured
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# Internal invariant checks on; a separate tree so release objects stay intact.
+debug:
+	cmake -S . -B build-debug $(GEN) -DCMAKE_BUILD_TYPE=Debug -DHAKMEM_DEBUG=ON -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g"
+	cmake --build build-debug -j $(JOBS)
+
+debug-test: debug
+	cd build-debug && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+bench: build
+	python3 scripts/bench.py --build $(BUILD) $(if $(BENCH),--bench $(BENCH)) $(if $(RUNS),--runs $(RUNS))
+
+bench-quick: build
+	python3 scripts/bench.py --build $(BUILD) --quick $(if $(BENCH),--bench $(BENCH)) $(if $(RUNS),--runs $(RUNS))
+
+bench-instr: build
+	python3 scripts/bench_instr.py --build $(BUILD)
+
+clean:
+	rm -rf $(BUILD) build-debug
