@@ -1,0 +1,163 @@
+/* The allocation API (hak_*): glibc semantics on top of the lanes.
+ * override.c exports the same functions under the standard names. */
+#include <dlfcn.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+void *hak_malloc(size_t n) { return hm_malloc(n); }
+void hak_free(void *p) { hm_free(p); }
+
+/* free of something that is not a SuperSlab block: NULL, a large block, a
+ * libc block (HAKMEM_FORCE_LIBC_ALLOC), or a pointer that is not ours. */
+void hm_free_slow(void *p) {
+  if (p == NULL) return;
+  unsigned k = hm_reg_kind((uintptr_t)p);
+  if (k == REG_LARGE_HEAD || k == REG_LARGE_TAIL) {
+    hm_large_free(p);
+    return;
+  }
+  hm_ensure_init();
+  if (hm_force_libc) {
+    __libc_free(p);
+    return;
+  }
+  hm_fatal("invalid free", p, "not allocated by hakmem");
+}
+
+/* Usable size of a hakmem block; 0 for a pointer hakmem does not know. */
+static size_t usable_size(void *p) {
+  unsigned k = hm_reg_kind((uintptr_t)p);
+  if (k == REG_SS) return hm_slab_of(hm_ss_of(p), p)->block_size;
+  if (k == REG_LARGE_HEAD || k == REG_LARGE_TAIL) return hm_large_usable(p);
+  return 0;
+}
+
+static void *libc_symbol(const char *name) {
+  return dlsym(RTLD_NEXT, name);
+}
+
+size_t hak_malloc_usable_size(void *p) {
+  if (p == NULL) return 0;
+  size_t u = usable_size(p);
+  if (u != 0) return u;
+  hm_ensure_init();
+  if (hm_force_libc) {
+    size_t (*libc_usable)(void *) = (size_t (*)(void *))libc_symbol("malloc_usable_size");
+    return libc_usable != NULL ? libc_usable(p) : 0;
+  }
+  hm_fatal("invalid pointer", p, "malloc_usable_size of memory not allocated by hakmem");
+}
+
+void *hak_calloc(size_t nmemb, size_t size) {
+  size_t n;
+  if (__builtin_mul_overflow(nmemb, size, &n)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (likely(n <= SMALL_MAX)) {
+    void *p = hm_malloc_small(n);
+    if (p != NULL) memset(p, 0, n);
+    return p;
+  }
+  hm_ensure_init();
+  if (hm_force_libc) return __libc_calloc(nmemb, size);
+  return hm_large_alloc(n, 0); /* fresh mappings are zero */
+}
+
+void *hak_realloc(void *p, size_t n) {
+  if (p == NULL) return hm_malloc(n);
+  if (n == 0) {
+    hm_free(p);
+    return NULL;
+  }
+  size_t old = usable_size(p);
+  if (old == 0) {
+    hm_ensure_init();
+    if (hm_force_libc) return __libc_realloc(p, n);
+    hm_fatal("invalid realloc", p, "not allocated by hakmem");
+  }
+  /* Keep the block when it fits and would not waste more than half. */
+  if (n <= old && (old <= 256 || n >= old / 2)) return p;
+  void *q = hm_malloc(n);
+  if (q == NULL) return NULL; /* errno is ENOMEM; p is untouched */
+  memcpy(q, p, n < old ? n : old);
+  hm_free(p);
+  return q;
+}
+
+void *hak_reallocarray(void *p, size_t nmemb, size_t size) {
+  size_t n;
+  if (__builtin_mul_overflow(nmemb, size, &n)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return hak_realloc(p, n);
+}
+
+/* align: a power of two. Small requests with align <= 4 KiB take the first
+ * class whose size is a multiple of align: slabs start 4 KiB aligned, so
+ * every block of such a class is aligned and stays a plain block. */
+static void *aligned_impl(size_t align, size_t n) {
+  if (align <= 16) return hm_malloc(n);
+  hm_ensure_init();
+  if (hm_force_libc) return __libc_memalign(align, n);
+  size_t need = n < align ? align : n;
+  if (need <= SMALL_MAX && align <= PAGE_SIZE_) {
+    unsigned c = hm_size_class(need);
+    while (c < NUM_CLASSES && (hm_class_size[c] & (align - 1)) != 0) c++;
+    if (c < NUM_CLASSES) return hm_alloc_class(c);
+  }
+  return hm_large_alloc(n, align);
+}
+
+static bool is_pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
+
+int hak_posix_memalign(void **out, size_t align, size_t n) {
+  if (!is_pow2(align) || align % sizeof(void *) != 0) return EINVAL;
+  int saved = errno;
+  void *p = aligned_impl(align, n);
+  if (p == NULL) return ENOMEM;
+  errno = saved;
+  *out = p;
+  return 0;
+}
+
+void *hak_aligned_alloc(size_t align, size_t n) {
+  if (!is_pow2(align)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return aligned_impl(align, n);
+}
+
+void *hak_memalign(size_t align, size_t n) {
+  if (align <= 16) return hm_malloc(n);
+  if (!is_pow2(align)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return aligned_impl(align, n);
+}
+
+void *hak_valloc(size_t n) { return aligned_impl(PAGE_SIZE_, n); }
+
+void *hak_pvalloc(size_t n) {
+  size_t r;
+  if (__builtin_add_overflow(n, PAGE_SIZE_ - 1, &r)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  r &= ~(size_t)(PAGE_SIZE_ - 1);
+  return aligned_impl(PAGE_SIZE_, r == 0 ? PAGE_SIZE_ : r);
+}
+
+int hak_malloc_trim(size_t pad) {
+  hm_ensure_init();
+  if (hm_force_libc) {
+    int (*libc_trim)(size_t) = (int (*)(size_t))libc_symbol("malloc_trim");
+    return libc_trim != NULL ? libc_trim(pad) : 0;
+  }
+  (void)pad;
+  return 0; /* memory release comes with the purge policy (large-lane issue) */
+}

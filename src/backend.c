@@ -1,0 +1,120 @@
+/* Backend: memory from the OS, SuperSlabs handed out and taken back.
+ *
+ * SuperSlabs are carved from 2 MiB-aligned reservations (32 MiB when the OS
+ * allows, else one SuperSlab at a time). Empty SuperSlabs come back here and
+ * are reused before anything new is mapped, so a steady workload makes no
+ * system calls. Every OS call is counted (slow paths only). */
+#include <pthread.h>
+#include <sys/mman.h>
+
+#include "internal.h"
+
+#define REGION_SIZE ((size_t)32 << 20)
+
+static pthread_mutex_t backend_lock = PTHREAD_MUTEX_INITIALIZER;
+static superslab_t *empty_ss;           /* empty SuperSlabs, ready for reuse */
+static char *region_cur, *region_end;   /* unused part of the last reservation */
+
+static _Atomic size_t n_mmap, n_munmap, n_madvise, n_mremap, n_mmap_fail, committed;
+
+void *hm_os_map(size_t len) {
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    atomic_fetch_add_explicit(&n_mmap_fail, 1, memory_order_relaxed);
+    return NULL;
+  }
+  atomic_fetch_add_explicit(&n_mmap, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&committed, len, memory_order_relaxed);
+  return p;
+}
+
+void hm_os_unmap(void *p, size_t len) {
+  if (len == 0) return;
+  munmap(p, len);
+  atomic_fetch_add_explicit(&n_munmap, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&committed, len, memory_order_relaxed);
+}
+
+/* Map len bytes aligned to SS_SIZE: over-map and trim both ends. */
+static void *os_map_aligned(size_t len) {
+  char *raw = hm_os_map(len + SS_SIZE);
+  if (raw == NULL) return NULL;
+  char *base = (char *)(((uintptr_t)raw + SS_MASK) & ~SS_MASK);
+  hm_os_unmap(raw, (size_t)(base - raw));
+  hm_os_unmap(base + len, (size_t)(raw + len + SS_SIZE - (base + len)));
+  return base;
+}
+
+superslab_t *hm_backend_ss_alloc(void) {
+  superslab_t *ss = NULL;
+  pthread_mutex_lock(&backend_lock);
+  if (empty_ss != NULL) {
+    ss = empty_ss;
+    empty_ss = ss->next;
+  } else {
+    if (region_cur == region_end) {
+      char *r = os_map_aligned(REGION_SIZE);
+      size_t len = REGION_SIZE;
+      if (r == NULL) {  /* near the address-space limit: one SuperSlab only */
+        r = os_map_aligned(SS_SIZE);
+        len = SS_SIZE;
+      }
+      if (r != NULL) {
+        region_cur = r;
+        region_end = r + len;
+      }
+    }
+    if (region_cur != region_end) {
+      ss = (superslab_t *)region_cur;
+      region_cur += SS_SIZE;
+      /* registered only once carved: an uncarved chunk has no header yet */
+      hm_registry[(uintptr_t)ss >> SS_SHIFT] = REG_SS;
+    }
+  }
+  pthread_mutex_unlock(&backend_lock);
+  return ss;
+}
+
+void hm_backend_ss_free(superslab_t *ss) {
+  HM_ASSERT(atomic_load(&ss->owner) == NULL);
+  pthread_mutex_lock(&backend_lock);
+  ss->next = empty_ss;
+  empty_ss = ss;
+  pthread_mutex_unlock(&backend_lock);
+}
+
+/* Metadata (thread heaps): bump allocation from mapped chunks, never freed;
+ * heaps are recycled by heap.c, so this stays bounded. */
+void *hm_meta_alloc(size_t size) {
+  static char *cur, *end;
+  size = (size + 63) & ~(size_t)63;
+  pthread_mutex_lock(&backend_lock);
+  if ((size_t)(end - cur) < size) {
+    size_t chunk = size > ((size_t)64 << 10) ? size : ((size_t)64 << 10);
+    char *p = hm_os_map(chunk);
+    if (p == NULL) {
+      pthread_mutex_unlock(&backend_lock);
+      return NULL;
+    }
+    cur = p;
+    end = p + chunk;
+  }
+  void *r = cur;
+  cur += size;
+  pthread_mutex_unlock(&backend_lock);
+  return r;
+}
+
+void hm_backend_fork_prepare(void) { pthread_mutex_lock(&backend_lock); }
+void hm_backend_fork_parent(void) { pthread_mutex_unlock(&backend_lock); }
+void hm_backend_fork_child(void) { pthread_mutex_init(&backend_lock, NULL); }
+
+void hak_os_stats_get(struct hak_os_stats *out) {
+  if (out == NULL) return;
+  out->mmap_calls = atomic_load_explicit(&n_mmap, memory_order_relaxed);
+  out->munmap_calls = atomic_load_explicit(&n_munmap, memory_order_relaxed);
+  out->madvise_calls = atomic_load_explicit(&n_madvise, memory_order_relaxed);
+  out->mremap_calls = atomic_load_explicit(&n_mremap, memory_order_relaxed);
+  out->mmap_failures = atomic_load_explicit(&n_mmap_fail, memory_order_relaxed);
+  out->committed_bytes = atomic_load_explicit(&committed, memory_order_relaxed);
+}

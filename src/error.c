@@ -1,0 +1,51 @@
+/* Fatal errors: one line on stderr, then abort. Never allocates: the heap may
+ * be what is broken. */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+void hm_write_str(const char *s) {
+  size_t n = strlen(s);
+  while (n > 0) {
+    ssize_t w = write(2, s, n);
+    if (w <= 0) {
+      if (w < 0 && errno == EINTR) continue;
+      return;
+    }
+    s += w;
+    n -= (size_t)w;
+  }
+}
+
+static void format_hex(char *out, uintptr_t v) {
+  static const char digits[] = "0123456789abcdef";
+  char tmp[2 * sizeof v];
+  int n = 0;
+  do {
+    tmp[n++] = digits[v & 15];
+    v >>= 4;
+  } while (v != 0);
+  *out++ = '0';
+  *out++ = 'x';
+  while (n > 0) *out++ = tmp[--n];
+  *out = '\0';
+}
+
+void hm_fatal(const char *what, const void *p, const char *reason) {
+  char hex[2 + 2 * sizeof(uintptr_t) + 1];
+  hm_write_str("hakmem: error: ");
+  hm_write_str(what);
+  if (p != NULL || reason == NULL) {
+    format_hex(hex, (uintptr_t)p);
+    hm_write_str(" of ");
+    hm_write_str(hex);
+  }
+  if (reason != NULL) {
+    hm_write_str(" (");
+    hm_write_str(reason);
+    hm_write_str(")");
+  }
+  hm_write_str("\n");
+  abort();
+}

@@ -1,0 +1,507 @@
+/* Thread heaps and their slabs: the allocation slow path, frees that need
+ * more than a list push, remote-free notification, thread exit (abandon)
+ * and adoption of abandoned SuperSlabs.
+ *
+ * Ownership: a SuperSlab belongs to one heap (ss->owner) or to none
+ * (abandoned / in the backend). Only the owner touches a slab's free,
+ * local_free, used and flags, and its heap's lists, so none of that needs
+ * atomics. Other threads only push on slab->remote.
+ *
+ * Slab states (in_use): UNUSED; ACTIVE (the class's current slab, or FULL);
+ * LISTED (on heap->avail[cls], has free blocks).
+ *
+ * A FULL slab is on no list. To get it back when other threads free into
+ * it, the owner marks it by setting bit 0 of its (empty) remote list; the
+ * first remote free that sees the bit records the slab in its SuperSlab's
+ * `pending` mask and raises the owner's `pending_hint`, which the owner
+ * reads on its slow path. */
+#include <pthread.h>
+
+#include "internal.h"
+
+enum { SLAB_UNUSED = 0, SLAB_ACTIVE = 1, SLAB_LISTED = 2 };
+
+static const uint8_t kind_shift[NUM_KINDS] = {16, 19, 21}; /* 64 KiB, 512 KiB, 2 MiB */
+
+slab_t hm_empty_slab;
+heap_t hm_empty_heap = {.cur = {[0 ... NUM_CLASSES - 1] = &hm_empty_slab}};
+__thread heap_t *hm_tls_heap __attribute__((tls_model("initial-exec"))) = &hm_empty_heap;
+
+static pthread_mutex_t heap_lock = PTHREAD_MUTEX_INITIALIZER; /* pool and abandoned lists */
+static heap_t *heap_pool;                  /* heaps of exited threads, for reuse */
+static superslab_t *abandoned[NUM_KINDS];  /* SuperSlabs of exited threads */
+static pthread_key_t heap_key;             /* its destructor runs at thread exit */
+
+/* ---- lists ------------------------------------------------------------- */
+
+static void avail_push(heap_t *h, slab_t *s) {
+  s->in_use = SLAB_LISTED;
+  s->prev = NULL;
+  s->next = h->avail[s->cls];
+  if (s->next != NULL) s->next->prev = s;
+  h->avail[s->cls] = s;
+}
+
+static void avail_unlink(heap_t *h, slab_t *s) {
+  if (s->prev != NULL) s->prev->next = s->next;
+  else h->avail[s->cls] = s->next;
+  if (s->next != NULL) s->next->prev = s->prev;
+  s->next = s->prev = NULL;
+  s->in_use = SLAB_ACTIVE;
+}
+
+static void partial_push(heap_t *h, superslab_t *ss) {
+  ss->on_partial = 1;
+  ss->prev = NULL;
+  ss->next = h->partial[ss->kind];
+  if (ss->next != NULL) ss->next->prev = ss;
+  h->partial[ss->kind] = ss;
+}
+
+static void partial_unlink(heap_t *h, superslab_t *ss) {
+  if (ss->prev != NULL) ss->prev->next = ss->next;
+  else h->partial[ss->kind] = ss->next;
+  if (ss->next != NULL) ss->next->prev = ss->prev;
+  ss->next = ss->prev = NULL;
+  ss->on_partial = 0;
+}
+
+static void all_push(heap_t *h, superslab_t *ss) {
+  ss->all_prev = NULL;
+  ss->all_next = h->all;
+  if (ss->all_next != NULL) ss->all_next->all_prev = ss;
+  h->all = ss;
+}
+
+static void all_unlink(heap_t *h, superslab_t *ss) {
+  if (ss->all_prev != NULL) ss->all_prev->all_next = ss->all_next;
+  else h->all = ss->all_next;
+  if (ss->all_next != NULL) ss->all_next->all_prev = ss->all_prev;
+  ss->all_next = ss->all_prev = NULL;
+}
+
+static uint32_t ss_all_mask(const superslab_t *ss) {
+  return ss->nslabs >= 32 ? 0xffffffffu : ((1u << ss->nslabs) - 1);
+}
+
+/* ---- invariant checks (make debug) ------------------------------------- */
+#ifdef HAKMEM_DEBUG
+void hm_check_block(const slab_t *s, const void *p) {
+  uintptr_t a = (uintptr_t)p, st = (uintptr_t)s->start;
+  HM_ASSERT(s->in_use != SLAB_UNUSED);
+  HM_ASSERT(a >= st && a < st + (uintptr_t)s->carved * s->block_size);
+  HM_ASSERT((a - st) % s->block_size == 0);
+}
+
+static uint32_t check_list(const slab_t *s, const block_t *b) {
+  uint32_t n = 0;
+  for (; b != NULL; b = b->next) {
+    hm_check_block(s, b);
+    HM_ASSERT(++n <= s->carved);
+  }
+  return n;
+}
+
+void hm_check_slab(const slab_t *s) {
+  if (s == &hm_empty_slab) return;
+  HM_ASSERT(s->in_use != SLAB_UNUSED);
+  HM_ASSERT(s->block_size == hm_class_size[s->cls]);
+  HM_ASSERT(s->carved <= s->capacity);
+  /* blocks on the remote list still count as used */
+  HM_ASSERT(s->carved == s->used + check_list(s, s->free) + check_list(s, s->local_free));
+}
+#endif
+
+/* ---- slabs ------------------------------------------------------------- */
+
+static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
+  unsigned i = (unsigned)__builtin_ctz(ss->free_mask);
+  ss->free_mask &= ~(1u << i);
+  if (ss->free_mask == 0) partial_unlink(h, ss);
+  slab_t *s = &ss->slabs[i];
+  size_t bytes = (size_t)1 << ss->slab_shift;
+  char *start = (char *)ss + ((size_t)i << ss->slab_shift);
+  if (i == 0) {
+    start += SS_HEADER_SIZE;
+    bytes -= SS_HEADER_SIZE;
+  }
+  s->free = s->local_free = NULL;
+  atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
+  s->used = 0;
+  s->block_size = hm_class_size[cls];
+  s->capacity = (uint16_t)(bytes / s->block_size);
+  s->carved = 0;
+  s->flags = 0;
+  s->cls = (uint8_t)cls;
+  s->in_use = SLAB_ACTIVE;
+  s->start = start;
+  s->next = s->prev = NULL;
+  return s;
+}
+
+/* Give an empty slab back to its SuperSlab, and an empty SuperSlab back to
+ * the backend. Returns true when the SuperSlab itself went. */
+static bool slab_release(heap_t *h, slab_t *s) {
+  superslab_t *ss = hm_ss_of(s);
+  HM_ASSERT(s->used == 0 && h->cur[s->cls] != s);
+  hm_check_slab(s);
+  if (s->in_use == SLAB_LISTED) avail_unlink(h, s);
+  s->in_use = SLAB_UNUSED;
+  s->flags = 0;
+  atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
+  bool had_none = ss->free_mask == 0;
+  ss->free_mask |= 1u << s->index;
+  if (ss->free_mask == ss_all_mask(ss)) {
+    if (ss->on_partial) partial_unlink(h, ss);
+    all_unlink(h, ss);
+    atomic_store(&ss->owner, NULL);
+    hm_backend_ss_free(ss);
+    return true;
+  }
+  if (had_none) partial_push(h, ss);
+  return false;
+}
+
+/* Take every block other threads freed into s; prepend them to s->free. */
+static void slab_collect_remote(slab_t *s) {
+  uintptr_t r = atomic_exchange_explicit(&s->remote, 0, memory_order_acquire);
+  block_t *list = (block_t *)(r & ~REMOTE_NOTIFY);
+  if (list == NULL) return;
+  uint32_t n = 1;
+  block_t *tail = list;
+  while (tail->next != NULL) {
+    tail = tail->next;
+    n++;
+  }
+  HM_ASSERT(n <= s->used);
+  tail->next = s->free;
+  s->free = list;
+  s->used -= n;
+}
+
+/* Carve a page's worth (at least 4 blocks) of fresh blocks: memory is
+ * touched only as it is needed. */
+static void slab_carve(slab_t *s) {
+  uint32_t bs = s->block_size;
+  uint32_t n = s->capacity - s->carved;
+  uint32_t want = PAGE_SIZE_ / bs < 4 ? 4 : PAGE_SIZE_ / bs;
+  if (n > want) n = want;
+  char *p = s->start + (size_t)s->carved * bs;
+  for (uint32_t i = 0; i + 1 < n; i++) ((block_t *)(p + (size_t)i * bs))->next = (block_t *)(p + (size_t)(i + 1) * bs);
+  ((block_t *)(p + (size_t)(n - 1) * bs))->next = s->free;
+  s->free = (block_t *)p;
+  s->carved = (uint16_t)(s->carved + n);
+}
+
+/* Make s->free non-empty if the slab has any block left. */
+static bool slab_refill(slab_t *s) {
+  if (s->free != NULL) return true;
+  if (s->local_free != NULL) {
+    s->free = s->local_free;
+    s->local_free = NULL;
+    return true;
+  }
+  if (atomic_load_explicit(&s->remote, memory_order_relaxed) > REMOTE_NOTIFY) {
+    slab_collect_remote(s);
+    if (s->free != NULL) return true;
+  }
+  if (s->carved < s->capacity) {
+    slab_carve(s);
+    return true;
+  }
+  return false;
+}
+
+/* The slab has no free block: ask remote frees to notify us. Fails when a
+ * remote free slipped in, so the caller can use that block instead. */
+static bool slab_try_mark_full(slab_t *s) {
+  uintptr_t expected = 0;
+  if (!atomic_compare_exchange_strong(&s->remote, &expected, REMOTE_NOTIFY)) return false;
+  s->flags |= SLAB_FULL;
+  return true;
+}
+
+/* ---- SuperSlabs --------------------------------------------------------- */
+
+static void ss_setup(heap_t *h, superslab_t *ss, unsigned kind) {
+  ss->kind = (uint8_t)kind;
+  ss->slab_shift = kind_shift[kind];
+  ss->nslabs = (uint8_t)(SS_SIZE >> kind_shift[kind]);
+  ss->free_mask = ss_all_mask(ss);
+  atomic_store_explicit(&ss->pending, 0, memory_order_relaxed);
+  for (unsigned i = 0; i < ss->nslabs; i++) {
+    ss->slabs[i].in_use = SLAB_UNUSED;
+    ss->slabs[i].index = (uint8_t)i;
+  }
+  atomic_store(&ss->owner, h);
+  all_push(h, ss);
+  partial_push(h, ss);
+}
+
+/* Bring slab s of a newly adopted (or exiting) SuperSlab to a clean state
+ * for heap h: collect remote frees, then release it, list it or mark it
+ * full. Returns true when the SuperSlab went back to the backend. */
+static bool adopt_slab(heap_t *h, slab_t *s) {
+  s->flags = 0;
+  s->in_use = SLAB_ACTIVE;
+  s->next = s->prev = NULL;
+  for (;;) {
+    slab_collect_remote(s);
+    hm_check_slab(s);
+    if (s->used == 0) return slab_release(h, s);
+    if (s->free != NULL || s->local_free != NULL || s->carved < s->capacity) {
+      avail_push(h, s);
+      return false;
+    }
+    if (slab_try_mark_full(s)) return false;
+  }
+}
+
+/* Could an abandoned SuperSlab give heap a slab for class c? Yes if it has
+ * an unused slab, a class-c slab with free blocks, or blocks freed by other
+ * threads to collect (which may empty slabs). Only remote lists change
+ * while a SuperSlab is abandoned; the caller holds heap_lock. */
+static bool ss_can_serve(superslab_t *ss, unsigned c) {
+  if (ss->free_mask != 0) return true;
+  for (unsigned i = 0; i < ss->nslabs; i++) {
+    const slab_t *s = &ss->slabs[i];
+    if (atomic_load_explicit(&s->remote, memory_order_relaxed) > REMOTE_NOTIFY) return true;
+    if (s->cls == c && (s->free != NULL || s->local_free != NULL || s->carved < s->capacity)) return true;
+  }
+  return false;
+}
+
+/* Abandoned SuperSlabs looked at per adoption: bounds the time a slab
+ * request can take when many are abandoned and few can serve. */
+#define ADOPT_SCAN 16
+
+/* Take over a SuperSlab left by an exited thread, one that can serve c. */
+static bool heap_adopt(heap_t *h, unsigned kind, unsigned c) {
+  pthread_mutex_lock(&heap_lock);
+  superslab_t **link = &abandoned[kind], *ss;
+  unsigned seen = 0;
+  while ((ss = *link) != NULL && !ss_can_serve(ss, c)) {
+    if (++seen == ADOPT_SCAN) {
+      ss = NULL;
+      break;
+    }
+    link = &ss->next;
+  }
+  if (ss != NULL) *link = ss->next;
+  pthread_mutex_unlock(&heap_lock);
+  if (ss == NULL) return false;
+  HM_ASSERT(atomic_load(&ss->owner) == NULL);
+  /* The owner store comes before reading the slabs' remote lists, so a
+   * remote free either is collected below or sees this owner (seq_cst). */
+  atomic_store(&ss->owner, h);
+  atomic_store(&ss->pending, 0);
+  ss->on_partial = 0;
+  all_push(h, ss);
+  if (ss->free_mask != 0) partial_push(h, ss);
+  for (unsigned i = 0; i < ss->nslabs; i++) {
+    if (ss->free_mask & (1u << i)) continue;
+    if (adopt_slab(h, &ss->slabs[i])) break;
+  }
+  return true;
+}
+
+/* A remote free hit a FULL slab: collect and list those slabs again. */
+static void heap_process_pending(heap_t *h) {
+  atomic_store(&h->pending_hint, 0);
+  superslab_t *next;
+  for (superslab_t *ss = h->all; ss != NULL; ss = next) {
+    next = ss->all_next;
+    if (atomic_load_explicit(&ss->pending, memory_order_relaxed) == 0) continue;
+    uint64_t bits = atomic_exchange(&ss->pending, 0);
+    while (bits != 0) {
+      unsigned i = (unsigned)__builtin_ctzll(bits);
+      bits &= bits - 1;
+      slab_t *s = &ss->slabs[i];
+      if (s->in_use == SLAB_UNUSED || !(s->flags & SLAB_FULL)) continue;
+      s->flags = 0;
+      slab_collect_remote(s);
+      if (s->used == 0) {
+        if (slab_release(h, s)) break;
+      } else {
+        avail_push(h, s);
+      }
+    }
+  }
+}
+
+/* A slab for class c that is not the current one: from the owned
+ * SuperSlabs, then adopted ones, then the backend. */
+static slab_t *heap_new_slab(heap_t *h, unsigned c) {
+  unsigned kind = hm_class_kind[c];
+  for (;;) {
+    superslab_t *ss = h->partial[kind];
+    if (ss != NULL) return ss_take_slab(h, ss, c);
+    if (heap_adopt(h, kind, c)) {
+      slab_t *s = h->avail[c];
+      if (s != NULL) {
+        avail_unlink(h, s);
+        return s;
+      }
+      continue;
+    }
+    ss = hm_backend_ss_alloc();
+    if (ss == NULL) return NULL;
+    ss_setup(h, ss, kind);
+  }
+}
+
+static void *heap_alloc(heap_t *h, unsigned c) {
+  slab_t *s = h->cur[c];
+  for (;;) {
+    if (s != &hm_empty_slab) {
+      hm_check_slab(s);
+      if (slab_refill(s)) {
+        block_t *b = s->free;
+        s->free = b->next;
+        s->used++;
+        return b;
+      }
+      if (!slab_try_mark_full(s)) continue;
+      h->cur[c] = &hm_empty_slab;
+    }
+    if (atomic_load_explicit(&h->pending_hint, memory_order_relaxed)) heap_process_pending(h);
+    s = h->avail[c];
+    if (s != NULL) {
+      avail_unlink(h, s);
+    } else {
+      s = heap_new_slab(h, c);
+      if (s == NULL) {
+        errno = ENOMEM;
+        return NULL;
+      }
+    }
+    h->cur[c] = s;
+  }
+}
+
+/* ---- thread heaps ------------------------------------------------------- */
+
+static void heap_key_destructor(void *v) {
+  heap_t *h = v;
+  if (h != NULL && h == hm_tls_heap) hm_heap_thread_exit(h);
+}
+
+void hm_heap_process_init(void) { pthread_key_create(&heap_key, heap_key_destructor); }
+
+static void heap_reset(heap_t *h) {
+  for (unsigned c = 0; c < NUM_CLASSES; c++) {
+    h->cur[c] = &hm_empty_slab;
+    h->avail[c] = NULL;
+  }
+  for (unsigned k = 0; k < NUM_KINDS; k++) h->partial[k] = NULL;
+  h->all = NULL;
+  atomic_store(&h->pending_hint, 0);
+  h->next_free = NULL;
+}
+
+/* The calling thread's heap, created on its first allocation. NULL when
+ * hakmem forwards to libc, or when no memory is left for the heap. */
+static heap_t *heap_for_thread(void) {
+  hm_ensure_init();
+  if (hm_force_libc) return NULL;
+  pthread_mutex_lock(&heap_lock);
+  heap_t *h = heap_pool;
+  if (h != NULL) heap_pool = h->next_free;
+  pthread_mutex_unlock(&heap_lock);
+  if (h == NULL && (h = hm_meta_alloc(sizeof(heap_t))) == NULL) return NULL;
+  heap_reset(h);
+  /* Installed before pthread_setspecific, which may itself allocate. */
+  hm_tls_heap = h;
+  pthread_setspecific(heap_key, h);
+  return h;
+}
+
+void *hm_alloc_slow(size_t n) {
+  heap_t *h = hm_tls_heap;
+  if (unlikely(h == &hm_empty_heap)) {
+    h = heap_for_thread();
+    if (h == NULL) {
+      if (hm_force_libc) return __libc_malloc(n);
+      errno = ENOMEM;
+      return NULL;
+    }
+  }
+  return heap_alloc(h, hm_size_class(n));
+}
+
+void *hm_alloc_class(unsigned c) {
+  heap_t *h = hm_tls_heap;
+  if (unlikely(h == &hm_empty_heap) && (h = heap_for_thread()) == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return heap_alloc(h, c);
+}
+
+/* The fast path of free saw the slab emptied or FULL. */
+void hm_free_local_slow(heap_t *h, slab_t *s) {
+  if (s->flags & SLAB_FULL) {
+    atomic_fetch_and_explicit(&s->remote, ~REMOTE_NOTIFY, memory_order_relaxed);
+    s->flags = 0;
+    avail_push(h, s);
+  }
+  if (s->used == 0 && h->cur[s->cls] != s) slab_release(h, s);
+}
+
+void hm_free_remote(superslab_t *ss, slab_t *s, block_t *b) {
+  uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed);
+  do {
+    b->next = (block_t *)(old & ~REMOTE_NOTIFY);
+  } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, (uintptr_t)b,
+                                                  memory_order_release, memory_order_relaxed));
+  if (unlikely(old & REMOTE_NOTIFY)) {
+    atomic_fetch_or(&ss->pending, (uint64_t)1 << s->index);
+    heap_t *owner = atomic_load(&ss->owner);
+    if (owner != NULL) atomic_store(&owner->pending_hint, 1);
+  }
+}
+
+/* Thread exit: free what is free, leave the rest to be adopted. Blocks in
+ * abandoned SuperSlabs can still be freed from any thread (remote path). */
+void hm_heap_thread_exit(heap_t *h) {
+  hm_tls_heap = &hm_empty_heap;
+  for (unsigned c = 0; c < NUM_CLASSES; c++) h->cur[c] = &hm_empty_slab;
+  superslab_t *next;
+  for (superslab_t *ss = h->all; ss != NULL; ss = next) {
+    next = ss->all_next;
+    bool gone = false;
+    for (unsigned i = 0; i < ss->nslabs && !gone; i++) {
+      slab_t *s = &ss->slabs[i];
+      if (s->in_use == SLAB_UNUSED) continue;
+      slab_collect_remote(s); /* also clears the notify bit */
+      s->flags = 0;
+      if (s->used == 0) gone = slab_release(h, s);
+    }
+    if (gone) continue;
+    for (unsigned i = 0; i < ss->nslabs; i++) {
+      slab_t *s = &ss->slabs[i];
+      if (s->in_use == SLAB_UNUSED) continue;
+      s->in_use = SLAB_ACTIVE;
+      s->next = s->prev = NULL;
+    }
+    if (ss->on_partial) partial_unlink(h, ss);
+    all_unlink(h, ss);
+    atomic_store(&ss->owner, NULL);
+    pthread_mutex_lock(&heap_lock);
+    ss->next = abandoned[ss->kind];
+    abandoned[ss->kind] = ss;
+    pthread_mutex_unlock(&heap_lock);
+  }
+  heap_reset(h);
+  pthread_mutex_lock(&heap_lock);
+  h->next_free = heap_pool;
+  heap_pool = h;
+  pthread_mutex_unlock(&heap_lock);
+}
+
+/* fork: no thread may hold the lock while the child is created. The child
+ * keeps the other threads' heaps as they were (they may have been mid-way
+ * through an update); their blocks stay valid and freeing them works. */
+void hm_heap_fork_prepare(void) { pthread_mutex_lock(&heap_lock); }
+void hm_heap_fork_parent(void) { pthread_mutex_unlock(&heap_lock); }
+void hm_heap_fork_child(void) { pthread_mutex_init(&heap_lock, NULL); }

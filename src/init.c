@@ -1,0 +1,57 @@
+/* Process start-up: options, the thread-exit key, fork handlers.
+ *
+ * Runs on the first allocation (which under LD_PRELOAD may come from the
+ * loader or libc before main), so it must not allocate before it marks the
+ * process ready; pthread_atfork, which may allocate, comes after. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+int hm_force_libc;
+_Atomic int hm_init_state;
+
+/* A boolean option: unset or empty gives def; a bad value warns once. */
+static int option_bool(const char *name, int def) {
+  const char *v = getenv(name);
+  if (v == NULL || *v == '\0') return def;
+  if ((v[0] == '0' || v[0] == '1') && v[1] == '\0') return v[0] == '1';
+  hm_write_str("hakmem: warning: ");
+  hm_write_str(name);
+  hm_write_str(" must be 0 or 1; using the default\n");
+  return def;
+}
+
+static void fork_prepare(void) {
+  hm_heap_fork_prepare();
+  hm_backend_fork_prepare();
+}
+static void fork_parent(void) {
+  hm_backend_fork_parent();
+  hm_heap_fork_parent();
+}
+static void fork_child(void) {
+  hm_backend_fork_child();
+  hm_heap_fork_child();
+}
+
+void hm_init_slow(void) {
+  int expected = 0;
+  if (atomic_compare_exchange_strong(&hm_init_state, &expected, 1)) {
+    hm_force_libc = option_bool("HAKMEM_FORCE_LIBC_ALLOC", 0);
+    hm_heap_process_init();
+    atomic_store_explicit(&hm_init_state, 2, memory_order_release);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    return;
+  }
+  while (atomic_load_explicit(&hm_init_state, memory_order_acquire) != 2) sched_yield();
+}
+
+int hak_debug_build(void) {
+#ifdef HAKMEM_DEBUG
+  return 1;
+#else
+  return 0;
+#endif
+}

@@ -1,0 +1,225 @@
+/* hakmem internal types and the inline fast paths.
+ *
+ * Layers (docs/DESIGN.md): thread heap -> slab -> SuperSlab -> backend, with
+ * a large lane beside them. Internal names shared between files carry the
+ * prefix hm_ (never hak_, which is the public API) and hidden visibility.
+ */
+#ifndef HAKMEM_INTERNAL_H
+#define HAKMEM_INTERNAL_H
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "hakmem.h"
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define HM_INLINE static inline __attribute__((always_inline))
+#define HM_NOINLINE __attribute__((noinline))
+#define HM_HIDDEN __attribute__((visibility("hidden")))
+#define HM_NORETURN __attribute__((noreturn))
+
+/* ---- geometry ---------------------------------------------------------- */
+#define SS_SHIFT 21                       /* SuperSlab: 2 MiB, 2 MiB aligned */
+#define SS_SIZE ((uintptr_t)1 << SS_SHIFT)
+#define SS_MASK (SS_SIZE - 1)
+#define SS_HEADER_SIZE 4096               /* slab 0's blocks start after it */
+#define SS_MAX_SLABS 32
+#define PAGE_SIZE_ 4096
+
+#define NUM_CLASSES 96
+#define TINY_MAX 1024                     /* Tiny lane: <= 1 KiB */
+#define SMALL_MAX ((size_t)256 * 1024)    /* largest size served from slabs */
+
+/* Slab kinds: one slab size per SuperSlab, chosen by the block size so that
+ * every slab holds at least 7 blocks. */
+enum { KIND_SMALL = 0, KIND_MEDIUM = 1, KIND_BIG = 2, NUM_KINDS = 3 };
+
+/* The registry: one byte per 2 MiB of the 47-bit user address space. */
+#define REG_ADDR_BITS 47
+#define REG_ENTRIES ((size_t)1 << (REG_ADDR_BITS - SS_SHIFT))
+enum { REG_NONE = 0, REG_SS = 1, REG_LARGE_HEAD = 2, REG_LARGE_TAIL = 3 };
+extern HM_HIDDEN uint8_t hm_registry[REG_ENTRIES];
+
+HM_INLINE unsigned hm_reg_kind(uintptr_t a) {
+  uintptr_t i = a >> SS_SHIFT;
+  return likely(i < REG_ENTRIES) ? hm_registry[i] : (unsigned)REG_NONE;
+}
+
+/* ---- size classes ------------------------------------------------------ */
+extern HM_HIDDEN const uint8_t hm_tiny_class[TINY_MAX / 16 + 1];
+extern HM_HIDDEN const uint32_t hm_class_size[NUM_CLASSES];
+extern HM_HIDDEN const uint8_t hm_class_kind[NUM_CLASSES];
+
+/* Class of a request n <= SMALL_MAX: 16-byte steps to 256 B, then eight
+ * classes per power of two (at most 1/9 of a block wasted above 128 B). */
+HM_INLINE unsigned hm_size_class(size_t n) {
+  if (likely(n <= TINY_MAX)) return hm_tiny_class[(n + 15) >> 4];
+  unsigned k = 63u - (unsigned)__builtin_clzl(n - 1);
+  return 16u + (k - 8u) * 8u + (unsigned)(((n - 1) >> (k - 3)) - 8u);
+}
+
+/* ---- slabs and SuperSlabs ---------------------------------------------- */
+typedef struct block { struct block *next; } block_t;
+
+struct heap;
+
+#define SLAB_FULL 1u       /* owner found no free block; a remote free must notify */
+#define REMOTE_NOTIFY ((uintptr_t)1)
+
+typedef struct slab {
+  block_t *free;               /* allocations pop here */
+  block_t *local_free;         /* the owner's frees */
+  _Atomic uintptr_t remote;    /* other threads' frees (LIFO); bit 0: notify owner */
+  uint32_t used;               /* blocks handed out, remote-freed ones included */
+  uint32_t block_size;
+  uint16_t capacity;           /* blocks the slab can hold */
+  uint16_t carved;             /* blocks carved so far (lazily, to spare RSS) */
+  uint8_t flags;               /* SLAB_FULL */
+  uint8_t cls;
+  uint8_t in_use;
+  uint8_t index;               /* position in the SuperSlab */
+  char *start;                 /* first block */
+  struct slab *next, *prev;    /* heap's list of slabs with free blocks */
+} slab_t;
+_Static_assert(sizeof(slab_t) == 64, "slab descriptor is one cache line");
+
+typedef struct superslab {
+  _Atomic(struct heap *) owner; /* NULL while abandoned or in the backend */
+  uint8_t kind;
+  uint8_t slab_shift;
+  uint8_t nslabs;
+  uint8_t on_partial;           /* linked on owner's list of SSs with free slabs */
+  uint32_t free_mask;           /* slabs not in use (owner only) */
+  _Atomic uint64_t pending;     /* slabs whose FULL flag a remote free hit */
+  struct superslab *next, *prev;         /* partial list / backend / abandoned */
+  struct superslab *all_next, *all_prev; /* owner's list of all its SSs */
+  uint8_t pad_[8];
+  slab_t slabs[SS_MAX_SLABS];
+} superslab_t;
+_Static_assert(offsetof(superslab_t, slabs) == 64, "slabs start at a cache line");
+_Static_assert(sizeof(superslab_t) <= SS_HEADER_SIZE, "header fits its page");
+
+HM_INLINE superslab_t *hm_ss_of(const void *p) {
+  return (superslab_t *)((uintptr_t)p & ~SS_MASK);
+}
+HM_INLINE slab_t *hm_slab_of(superslab_t *ss, const void *p) {
+  return &ss->slabs[((uintptr_t)p - (uintptr_t)ss) >> ss->slab_shift];
+}
+
+/* ---- thread heaps ------------------------------------------------------ */
+typedef struct heap {
+  slab_t *cur[NUM_CLASSES];        /* slab serving allocations (never NULL) */
+  slab_t *avail[NUM_CLASSES];      /* other slabs of the class with free blocks */
+  superslab_t *partial[NUM_KINDS]; /* owned SSs with unused slabs */
+  superslab_t *all;                /* every owned SS */
+  _Atomic int pending_hint;        /* some owned SS has pending notifications */
+  struct heap *next_free;          /* heap pool */
+} heap_t;
+
+extern HM_HIDDEN heap_t hm_empty_heap;   /* every class points at hm_empty_slab */
+extern HM_HIDDEN slab_t hm_empty_slab;
+extern HM_HIDDEN __thread heap_t *hm_tls_heap __attribute__((tls_model("initial-exec")));
+
+/* ---- process state and options ----------------------------------------- */
+extern HM_HIDDEN int hm_force_libc;    /* HAKMEM_FORCE_LIBC_ALLOC=1 */
+extern HM_HIDDEN _Atomic int hm_init_state; /* 0 none, 1 running, 2 done */
+HM_HIDDEN void hm_init_slow(void);
+HM_INLINE void hm_ensure_init(void) {
+  if (unlikely(atomic_load_explicit(&hm_init_state, memory_order_acquire) != 2)) hm_init_slow();
+}
+
+/* ---- functions shared between files ------------------------------------ */
+/* glibc's allocator, for HAKMEM_FORCE_LIBC_ALLOC=1 */
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+extern void __libc_free(void *);
+/* heap.c */
+HM_HIDDEN void hm_heap_process_init(void);
+HM_HIDDEN void *hm_alloc_slow(size_t n);
+HM_HIDDEN void *hm_alloc_class(unsigned cls);
+HM_HIDDEN void hm_free_local_slow(heap_t *h, slab_t *s);
+HM_HIDDEN void hm_free_remote(superslab_t *ss, slab_t *s, block_t *b);
+HM_HIDDEN void hm_heap_thread_exit(heap_t *h);
+HM_HIDDEN void hm_heap_fork_prepare(void);
+HM_HIDDEN void hm_heap_fork_parent(void);
+HM_HIDDEN void hm_heap_fork_child(void);
+/* backend.c */
+HM_HIDDEN superslab_t *hm_backend_ss_alloc(void);
+HM_HIDDEN void hm_backend_ss_free(superslab_t *ss);
+HM_HIDDEN void *hm_os_map(size_t len);
+HM_HIDDEN void hm_os_unmap(void *p, size_t len);
+HM_HIDDEN void hm_backend_fork_prepare(void);
+HM_HIDDEN void hm_backend_fork_parent(void);
+HM_HIDDEN void hm_backend_fork_child(void);
+HM_HIDDEN void *hm_meta_alloc(size_t size);
+/* large.c */
+HM_HIDDEN void *hm_large_alloc(size_t n, size_t align);
+HM_HIDDEN void hm_large_free(void *p);
+HM_HIDDEN size_t hm_large_usable(const void *p);
+/* error.c */
+HM_HIDDEN HM_NORETURN void hm_fatal(const char *what, const void *p, const char *reason);
+HM_HIDDEN void hm_write_str(const char *s);
+/* alloc.c */
+HM_HIDDEN void hm_free_slow(void *p);
+
+/* ---- invariant checks (make debug) ------------------------------------- */
+#ifdef HAKMEM_DEBUG
+#define HM_ASSERT(c) \
+  do { if (unlikely(!(c))) hm_fatal("internal check failed", NULL, #c " at " __FILE__); } while (0)
+HM_HIDDEN void hm_check_slab(const slab_t *s);
+HM_HIDDEN void hm_check_block(const slab_t *s, const void *p);
+#else
+#define HM_ASSERT(c) ((void)0)
+#define hm_check_slab(s) ((void)0)
+#define hm_check_block(s, p) ((void)0)
+#endif
+
+/* ---- fast paths -------------------------------------------------------- */
+
+/* malloc for n <= SMALL_MAX: pop the current slab's free list. */
+HM_INLINE void *hm_malloc_small(size_t n) {
+  slab_t *s = hm_tls_heap->cur[hm_size_class(n)];
+  block_t *b = s->free;
+  if (likely(b != NULL)) {
+    hm_check_block(s, b);
+    s->free = b->next;
+    s->used++;
+    return b;
+  }
+  return hm_alloc_slow(n);
+}
+
+HM_INLINE void *hm_malloc(size_t n) {
+  if (likely(n <= SMALL_MAX)) return hm_malloc_small(n);
+  return hm_large_alloc(n, 0);
+}
+
+/* free: find the SuperSlab by masking, the slab by a shift; the owner pushes
+ * on local_free without atomics, other threads on the atomic remote list. */
+HM_INLINE void hm_free(void *p) {
+  if (likely(hm_reg_kind((uintptr_t)p) == REG_SS)) {
+    superslab_t *ss = hm_ss_of(p);
+    slab_t *s = hm_slab_of(ss, p);
+    heap_t *h = hm_tls_heap;
+    hm_check_block(s, p);
+    if (likely(atomic_load_explicit(&ss->owner, memory_order_relaxed) == h)) {
+      block_t *b = (block_t *)p;
+      b->next = s->local_free;
+      s->local_free = b;
+      if (unlikely(--s->used == 0 || s->flags != 0)) hm_free_local_slow(h, s);
+      return;
+    }
+    hm_free_remote(ss, s, (block_t *)p);
+    return;
+  }
+  hm_free_slow(p);
+}
+
+#endif /* HAKMEM_INTERNAL_H */
