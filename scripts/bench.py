@@ -1,0 +1,759 @@
+#!/usr/bin/env python3
+"""Run the hakmem benchmarks under several allocators and compare them.
+
+Each benchmark binary (built by `make` into BUILD/bench/) is run unchanged
+under each allocator, selected with LD_PRELOAD:
+
+  hakmem       LD_PRELOAD=BUILD/libhakmem.so
+  hakmem-libc  the same, with HAKMEM_FORCE_LIBC_ALLOC=1 (hakmem forwarding to glibc)
+  glibc        no preload
+  mimalloc     /usr/lib/x86_64-linux-gnu/libmimalloc.so.2    (libmimalloc2.0)
+  jemalloc     /usr/lib/x86_64-linux-gnu/libjemalloc.so.2    (libjemalloc2)
+  tcmalloc     /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 (libtcmalloc-minimal4)
+
+Runs are interleaved (A B C ... A B C ...) RUNS times.  Reports median, min,
+max and coefficient of variation of ops/s, the ratio to mimalloc, peak RSS
+(ru_maxrss from wait4) and, from one extra `strace -f -c` run per allocator,
+the mmap/munmap/madvise/mremap/brk counts.  Writes results/latest.csv,
+results/latest.json and results/bench.png (copied to docs/bench.png after a
+full, non-quick run over all benchmarks).
+
+Standard library only; matplotlib is used for the chart if this python has
+it, else the chart is drawn by /usr/bin/python3 (Debian's python3-matplotlib),
+else skipped with a note.  The chart never fails the run.
+
+  python3 scripts/bench.py --build build [--bench NAME[,NAME]] [--runs N] [--quick]
+"""
+
+import argparse
+import csv
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+
+# name -> (candidate .so names, Debian package)
+SYSTEM_ALLOCATORS = {
+    "mimalloc": (["libmimalloc.so.2", "libmimalloc.so.2.0", "libmimalloc.so"], "libmimalloc2.0"),
+    "jemalloc": (["libjemalloc.so.2", "libjemalloc.so"], "libjemalloc2"),
+    "tcmalloc": (["libtcmalloc_minimal.so.4", "libtcmalloc_minimal.so"], "libtcmalloc-minimal4"),
+}
+ALLOCATOR_ORDER = ["hakmem", "hakmem-libc", "glibc", "mimalloc", "jemalloc", "tcmalloc"]
+BASELINE = "mimalloc"
+STRACE_SYSCALLS = ["mmap", "munmap", "madvise", "mremap", "brk"]
+
+# Benchmarks: row name, binary, full arguments, quick arguments, and whether the
+# checksum it prints must be identical under every allocator (single-threaded
+# or otherwise deterministic workloads).  Full arguments are chosen so that a
+# run takes roughly 0.3-2 s on a 2-core machine; quick ones roughly 0.1-0.3 s.
+BENCHMARKS = [
+    ("random_mixed_ws400", "bench_random_mixed", ["30000000", "400", "42"], ["4000000", "400", "42"], True),
+    ("random_mixed_ws8192", "bench_random_mixed", ["30000000", "8192", "42"], ["4000000", "8192", "42"], True),
+    ("random_mixed_ws40000", "bench_random_mixed", ["30000000", "40000", "42"], ["4000000", "40000", "42"], True),
+    ("tiny", "bench_tiny", ["6000"], ["800"], True),
+    ("larson", "larson", ["2", "16", "1024", "1.0", "1000", "100", "42"],
+     ["2", "16", "1024", "0.25", "1000", "100", "42"], False),
+    ("xthread", "bench_xthread", ["2", "8000000", "64", "16", "1024", "42"],
+     ["2", "1500000", "64", "16", "1024", "42"], True),
+    ("mid_large", "bench_mid_large", ["120000", "64", "42"], ["25000", "64", "42"], True),
+    ("soak", "bench_soak", ["4", "2", "10000", "42", "1"], ["1.2", "2", "10000", "42", "0.4"], False),
+]
+
+# Extra figures some benchmarks print, kept in the JSON (median over runs).
+EXTRA_KEYS = ["rss_drift_pct", "ops_drift_pct", "rss_live_ratio", "rss_live_ratio_mean",
+              "rss_end_mb", "live_end_mb", "rss_after_free_mb", "peak_live_bytes",
+              "thread_generations"]
+
+
+def log(msg=""):
+    print(msg, flush=True)
+
+
+def fmt_secs(s):
+    s = max(0, int(round(s)))
+    return "%dm%02ds" % (s // 60, s % 60) if s >= 60 else "%ds" % s
+
+
+def fmt_ops(v):
+    if v is None:
+        return "-"
+    if v >= 1e6:
+        return "%.1fM" % (v / 1e6)
+    if v >= 1e3:
+        return "%.1fk" % (v / 1e3)
+    return "%.0f" % v
+
+
+# ---------------------------------------------------------------- allocators
+
+def find_system_lib(names):
+    for d in (LIBDIR, "/usr/lib", "/usr/local/lib", "/lib/x86_64-linux-gnu"):
+        for n in names:
+            p = os.path.join(d, n)
+            if os.path.exists(p):
+                return p
+    return None
+
+
+def try_apt_install(packages):
+    """apt-get install the packages if we are root and apt works; never raises."""
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return False
+    log("note: trying `apt-get install -y %s`" % " ".join(packages))
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    try:
+        r = subprocess.run(["apt-get", "install", "-y", "-q"] + packages, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300)
+        if r.returncode != 0:
+            log("note: apt-get install failed: %s" % r.stderr.decode(errors="replace").strip()[-300:])
+        return r.returncode == 0
+    except Exception as e:  # noqa: BLE001 - any failure just means "not available"
+        log("note: apt-get install failed: %s" % e)
+        return False
+
+
+def discover_allocators(build, wanted):
+    """Return [(name, env-additions dict, description)] and a list of notes."""
+    allocs, notes = [], []
+    found = {}
+    missing = []
+    for name, (sonames, pkg) in SYSTEM_ALLOCATORS.items():
+        if name not in wanted:
+            continue
+        p = find_system_lib(sonames)
+        if p:
+            found[name] = p
+        else:
+            missing.append(name)
+    if missing:
+        if try_apt_install([SYSTEM_ALLOCATORS[n][1] for n in missing]):
+            for n in missing:
+                p = find_system_lib(SYSTEM_ALLOCATORS[n][0])
+                if p:
+                    found[n] = p
+    hakmem_so = os.path.join(build, "libhakmem.so")
+    for name in ALLOCATOR_ORDER:
+        if name not in wanted:
+            continue
+        if name in ("hakmem", "hakmem-libc"):
+            if not os.path.exists(hakmem_so):
+                notes.append("%s: %s not found (build it with `make`); column left out" % (name, hakmem_so))
+                continue
+            env = {"LD_PRELOAD": hakmem_so}
+            if name == "hakmem-libc":
+                env["HAKMEM_FORCE_LIBC_ALLOC"] = "1"
+            allocs.append((name, env, hakmem_so + (" HAKMEM_FORCE_LIBC_ALLOC=1" if name == "hakmem-libc" else "")))
+        elif name == "glibc":
+            allocs.append((name, {}, "system malloc (no preload)"))
+        elif name in found:
+            allocs.append((name, {"LD_PRELOAD": found[name]}, found[name]))
+        else:
+            notes.append("%s: no %s under %s (package %s) and it could not be installed; column left out"
+                         % (name, SYSTEM_ALLOCATORS[name][0][0], LIBDIR, SYSTEM_ALLOCATORS[name][1]))
+    return allocs, notes
+
+
+def base_env():
+    env = dict(os.environ)
+    for k in ("LD_PRELOAD", "HAKMEM_FORCE_LIBC_ALLOC"):
+        env.pop(k, None)
+    return env
+
+
+# ---------------------------------------------------------------- running
+
+def parse_output(text):
+    """Pull `key: value` numbers out of a benchmark's stdout."""
+    vals = {}
+    ops = None
+    for line in text.splitlines():
+        m = re.match(r"^ops/s:\s*([0-9.eE+]+)\s*$", line)
+        if m:
+            ops = float(m.group(1))
+        for k in EXTRA_KEYS + ["checksum"]:
+            m = re.search(r"(?:^|\s)%s:\s*(-?[0-9.eE+]+)" % re.escape(k), line)
+            if m:
+                try:
+                    vals[k] = float(m.group(1)) if k != "checksum" else int(m.group(1))
+                except ValueError:
+                    pass
+    return ops, vals
+
+
+_SUBREAPER = None
+
+
+def subreaper():
+    """Make this process a child subreaper (Linux prctl), once; True if it worked.
+
+    ru_maxrss of a process counts the peak RSS of everything it was before
+    exec, i.e. a fork of this ~20 MB python.  So a benchmark is started by a
+    small /bin/sh that backgrounds it and exits at once; the orphan is
+    re-parented to us, and os.wait4 on it then reports the benchmark's own
+    peak (plus the ~1 MB of the shell it was forked from)."""
+    global _SUBREAPER
+    if _SUBREAPER is None:
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            _SUBREAPER = libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+        except Exception:  # noqa: BLE001
+            _SUBREAPER = False
+        if not _SUBREAPER:
+            log("note: cannot become a child subreaper; peak RSS includes the forked python")
+    return _SUBREAPER
+
+
+def run_once(cmd, env_add, timeout):
+    """Run cmd with the allocator's environment; return a result dict.
+
+    The allocator's variables (LD_PRELOAD, ...) are given to the benchmark
+    only (through env(1)), not to the shell or to this script."""
+    env = base_env()
+    full = ["/usr/bin/env"] + ["%s=%s" % kv for kv in env_add.items()] + list(cmd)
+    with tempfile.NamedTemporaryFile(prefix="bench-out-") as out, \
+            tempfile.NamedTemporaryFile(prefix="bench-err-") as err:
+        t0 = time.monotonic()
+        try:
+            if subreaper():
+                sh = subprocess.Popen(["/bin/sh", "-c", 'o=$1; e=$2; shift 2; "$@" >"$o" 2>"$e" </dev/null & echo $!',
+                                       "sh", out.name, err.name] + full,
+                                      stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env,
+                                      start_new_session=True)
+                text = sh.communicate()[0].decode().strip()
+                pid = int(text)
+                pgid = sh.pid
+            else:
+                proc = subprocess.Popen(full, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
+                                        start_new_session=True)
+                pid = pgid = proc.pid
+                proc.returncode = 0  # reaped by wait4 below
+        except (OSError, ValueError) as e:
+            return {"ok": False, "error": "cannot start: %s" % e, "wall": 0.0}
+        status, rusage, timed_out = None, None, False
+        while True:
+            wpid, st, ru = os.wait4(pid, os.WNOHANG)
+            if wpid == pid:
+                status, rusage = st, ru
+                break
+            if time.monotonic() - t0 > timeout:
+                timed_out = True
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                except OSError:
+                    pass
+                _, status, rusage = os.wait4(pid, 0)
+                break
+            time.sleep(0.005)
+        wall = time.monotonic() - t0
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode(errors="replace")
+        stderr = err.read().decode(errors="replace")
+    res = {"wall": wall, "maxrss_kb": rusage.ru_maxrss if rusage else None,
+           "stdout_tail": stdout[-2000:], "stderr_tail": stderr[-1000:]}
+    if timed_out:
+        res.update(ok=False, error="timeout after %.0fs" % timeout)
+        return res
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            signame = signal.Signals(sig).name
+        except ValueError:
+            signame = str(sig)
+        res.update(ok=False, error="killed by %s" % signame)
+        return res
+    code = os.WEXITSTATUS(status)
+    if code != 0:
+        res.update(ok=False, error="exit status %d: %s" % (code, stderr.strip()[-200:]))
+        return res
+    if "cannot be preloaded" in stderr:
+        res.update(ok=False, error="LD_PRELOAD failed: %s" % stderr.strip()[-200:])
+        return res
+    ops, vals = parse_output(stdout)
+    if ops is None:
+        res.update(ok=False, error="no 'ops/s:' line in output")
+        return res
+    res.update(ok=True, ops=ops, values=vals)
+    return res
+
+
+def strace_counts(cmd, env_add, timeout):
+    """Syscall counts from `strace -f -c`; None if strace is unavailable/failed."""
+    strace = shutil.which("strace")
+    if not strace:
+        return None, "strace not found"
+    with tempfile.NamedTemporaryFile(suffix=".strace", delete=False) as tf:
+        path = tf.name
+    # The allocator's variables go to the traced program only (-E), so strace
+    # itself runs on the system allocator.
+    scmd = [strace, "-f", "-c", "-o", path, "-e", "trace=" + ",".join(STRACE_SYSCALLS)]
+    if seccomp_ok(strace):
+        scmd.append("--seccomp-bpf")
+    for k, v in env_add.items():
+        scmd += ["-E", "%s=%s" % (k, v)]
+    res = run_once(scmd + cmd, {}, timeout)
+    counts = {k: 0 for k in STRACE_SYSCALLS}
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        text = ""
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    if not res["ok"]:
+        return None, res.get("error")
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[-1] in counts and re.match(r"^[0-9.]+$", parts[0]):
+            try:
+                counts[parts[-1]] = int(parts[3])
+            except ValueError:
+                pass
+    return counts, None
+
+
+_SECCOMP = {}
+
+
+def seccomp_ok(strace):
+    if strace not in _SECCOMP:
+        try:
+            r = subprocess.run([strace, "-f", "--seccomp-bpf", "-e", "trace=brk", "-c", "-o", "/dev/null", "true"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=20)
+            _SECCOMP[strace] = r.returncode == 0
+        except Exception:  # noqa: BLE001
+            _SECCOMP[strace] = False
+    return _SECCOMP[strace]
+
+
+# ---------------------------------------------------------------- statistics
+
+def summarize(runs):
+    oks = [r["ops"] for r in runs if r.get("ok")]
+    s = {"runs": len(runs), "ok_runs": len(oks)}
+    failed = [r for r in runs if not r.get("ok")]
+    s["status"] = "ok" if oks and not failed else "FAIL"
+    s["errors"] = sorted(set(r.get("error", "?") for r in failed))
+    if oks:
+        s["median"] = statistics.median(oks)
+        s["min"] = min(oks)
+        s["max"] = max(oks)
+        mean = statistics.fmean(oks)
+        s["cv_pct"] = (statistics.stdev(oks) / mean * 100.0) if len(oks) > 1 and mean > 0 else 0.0
+    rss = [r["maxrss_kb"] for r in runs if r.get("maxrss_kb")]
+    if rss:
+        s["peak_rss_mb"] = max(rss) / 1024.0
+        s["median_rss_mb"] = statistics.median(rss) / 1024.0
+    extras = {}
+    for k in EXTRA_KEYS:
+        v = [r["values"][k] for r in runs if r.get("ok") and k in r.get("values", {})]
+        if v:
+            extras[k] = statistics.median(v)
+    if extras:
+        s["extra"] = extras
+    sums = sorted(set(r["values"].get("checksum") for r in runs if r.get("ok") and "checksum" in r.get("values", {})))
+    s["checksums"] = sums
+    return s
+
+
+# ---------------------------------------------------------------- reporting
+
+def print_tables(results, bench_names, alloc_names):
+    def cell_ops(b, a):
+        s = results.get(b, {}).get(a)
+        if not s:
+            return "-"
+        if s["status"] != "ok":
+            return "FAIL"
+        r = s.get("ratio")
+        return "%s (%s)" % (fmt_ops(s["median"]), "%.2fx" % r if r is not None else "-")
+
+    def table(header, rows):
+        widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+        line = "  ".join(str(h).ljust(w) if i == 0 else str(h).rjust(w) for i, (h, w) in enumerate(zip(header, widths)))
+        log(line)
+        log("-" * len(line))
+        for row in rows:
+            log("  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+
+    log("")
+    log("Median ops/s (ratio to %s median in parentheses; higher is better)" % BASELINE)
+    table(["benchmark"] + alloc_names, [[b] + [cell_ops(b, a) for a in alloc_names] for b in bench_names])
+
+    log("")
+    log("Details per benchmark and allocator")
+    hdr = ["benchmark", "allocator", "median", "min", "max", "cv%", "x" + BASELINE, "peakRSS_MB"] + STRACE_SYSCALLS
+    rows = []
+    for b in bench_names:
+        for a in alloc_names:
+            s = results.get(b, {}).get(a)
+            if not s:
+                continue
+            sc = s.get("syscalls") or {}
+            if s["status"] != "ok" and "median" not in s:
+                row = [b, a, "FAIL", "-", "-", "-", "-", "%.1f" % s["peak_rss_mb"] if "peak_rss_mb" in s else "-"]
+            else:
+                row = [b, a, ("FAIL " if s["status"] != "ok" else "") + fmt_ops(s["median"]), fmt_ops(s["min"]),
+                       fmt_ops(s["max"]), "%.1f" % s["cv_pct"],
+                       "%.2f" % s["ratio"] if s.get("ratio") is not None else "-",
+                       "%.1f" % s["peak_rss_mb"] if "peak_rss_mb" in s else "-"]
+            row += [str(sc[k]) if k in sc else "-" for k in STRACE_SYSCALLS]
+            rows.append(row)
+    table(hdr, rows)
+
+    soak = results.get("soak")
+    if soak:
+        log("")
+        log("soak: drift from 20% into the run to the end, and RSS / live bytes")
+        rows = []
+        for a in alloc_names:
+            s = soak.get(a)
+            if not s or "extra" not in s:
+                continue
+            e = s["extra"]
+            rows.append([a, "%+.1f" % e.get("rss_drift_pct", float("nan")),
+                         "%+.1f" % e.get("ops_drift_pct", float("nan")),
+                         "%.2f" % e.get("rss_live_ratio", float("nan")),
+                         "%.1f" % e.get("rss_end_mb", float("nan")),
+                         "%.1f" % e.get("live_end_mb", float("nan")),
+                         "%.1f" % e.get("rss_after_free_mb", float("nan"))])
+        if rows:
+            table(["allocator", "rss_drift%", "ops_drift%", "rss/live", "rss_end_MB", "live_end_MB",
+                   "rss_after_free_MB"], rows)
+
+    failures = [(b, a, s) for b in bench_names for a, s in results.get(b, {}).items() if s["status"] != "ok"]
+    if failures:
+        log("")
+        log("Failures:")
+        for b, a, s in failures:
+            log("  %s / %s: %d of %d runs failed: %s" % (b, a, s["runs"] - s["ok_runs"], s["runs"],
+                                                      "; ".join(s["errors"])))
+            if s.get("cmd"):
+                log("    reproduce: %s" % s["cmd"])
+
+
+def write_csv(path, results, bench_names, alloc_names):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["benchmark", "allocator", "status", "runs", "ok_runs", "median_ops_s", "min_ops_s",
+                    "max_ops_s", "cv_pct", "ratio_vs_" + BASELINE, "peak_rss_mb"] + STRACE_SYSCALLS +
+                   ["rss_drift_pct", "ops_drift_pct", "rss_live_ratio"])
+        for b in bench_names:
+            for a in alloc_names:
+                s = results.get(b, {}).get(a)
+                if not s:
+                    continue
+                sc = s.get("syscalls") or {}
+                e = s.get("extra", {})
+
+                def g(k, fmt="%.0f"):
+                    return fmt % s[k] if s.get(k) is not None else ""
+                w.writerow([b, a, s["status"], s["runs"], s["ok_runs"], g("median"), g("min"), g("max"),
+                            g("cv_pct", "%.2f"), g("ratio", "%.4f"), g("peak_rss_mb", "%.1f")] +
+                           [sc.get(k, "") for k in STRACE_SYSCALLS] +
+                           ["%.2f" % e[k] if k in e else "" for k in ("rss_drift_pct", "ops_drift_pct",
+                                                                     "rss_live_ratio")])
+
+
+# ---------------------------------------------------------------- chart
+
+def draw_chart(data, png):
+    """Draw the chart from the JSON data; needs matplotlib (raises ImportError)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    benches = data["benchmarks"]
+    allocs = data["allocators"]
+    res = data["results"]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(10, 1.5 * len(benches) + 3), 9))
+    n = len(allocs)
+    width = 0.8 / max(n, 1)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, a in enumerate(allocs):
+        xs, ys, rs, rx = [], [], [], []
+        for j, b in enumerate(benches):
+            s = res.get(b, {}).get(a)
+            if not s:
+                continue
+            x = j - 0.4 + width * (i + 0.5)
+            if s.get("ratio") is not None and s["status"] == "ok":
+                xs.append(x)
+                ys.append(s["ratio"])
+            elif s["status"] != "ok":
+                ax1.text(x, 0.02, "FAIL", rotation=90, ha="center", va="bottom", fontsize=7, color="red")
+            if s.get("peak_rss_mb") is not None:
+                rx.append(x)
+                rs.append(s["peak_rss_mb"])
+        c = colors[i % len(colors)]
+        ax1.bar(xs, ys, width, label=a, color=c)
+        ax2.bar(rx, rs, width, label=a, color=c)
+    ax1.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax1.set_ylabel("throughput relative to %s (median ops/s)" % BASELINE)
+    ax1.set_xticks(range(len(benches)))
+    ax1.set_xticklabels(benches, rotation=20, ha="right", fontsize=8)
+    ax1.legend(fontsize=8, ncol=min(n, 6))
+    ax1.set_title("hakmem benchmarks (%s, %s runs each, %s)" % (data.get("mode", "?"), data.get("runs", "?"),
+                                                             data.get("date", "")[:16]))
+    ax2.set_ylabel("peak RSS (MiB, log scale)")
+    ax2.set_yscale("log")
+    ax2.set_xticks(range(len(benches)))
+    ax2.set_xticklabels(benches, rotation=20, ha="right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def make_chart(json_path, png):
+    """Draw with this python's matplotlib, else /usr/bin/python3; return a note."""
+    try:
+        with open(json_path) as f:
+            data = json.load(f)
+        draw_chart(data, png)
+        return None
+    except ImportError:
+        pass
+    except Exception as e:  # noqa: BLE001 - the chart must never fail the run
+        return "chart skipped: %s" % e
+    alt = "/usr/bin/python3"
+    if os.path.realpath(alt) != os.path.realpath(sys.executable) and os.path.exists(alt):
+        try:
+            r = subprocess.run([alt, os.path.abspath(__file__), "--chart-only", json_path, "--chart-out", png],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+            if r.returncode == 0 and os.path.exists(png):
+                return None
+            return "chart skipped: %s failed: %s" % (alt, r.stdout.decode(errors="replace").strip()[-300:])
+        except Exception as e:  # noqa: BLE001
+            return "chart skipped: %s" % e
+    return "chart skipped: matplotlib is not installed (apt-get install python3-matplotlib)"
+
+
+# ---------------------------------------------------------------- main
+
+def select_benchmarks(spec):
+    if not spec:
+        return list(BENCHMARKS)
+    chosen = []
+    for want in [w.strip() for w in spec.split(",") if w.strip()]:
+        key = want[len("bench_"):] if want.startswith("bench_") else want
+        hits = [b for b in BENCHMARKS if b[0] == key or b[1] == want or b[1] == "bench_" + key
+                or b[0].startswith(key + "_")]
+        if not hits:
+            sys.exit("unknown benchmark '%s'; known: %s" % (want, ", ".join(b[0] for b in BENCHMARKS)))
+        for h in hits:
+            if h not in chosen:
+                chosen.append(h)
+    return chosen
+
+
+def git_commit():
+    try:
+        return subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, timeout=10).stdout.decode().strip()
+    except Exception:  # noqa: BLE001
+        return ""
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build", help="build directory (default: build)")
+    ap.add_argument("--bench", default="", help="comma list of benchmarks (e.g. random_mixed,larson)")
+    ap.add_argument("--runs", type=int, default=None, help="runs per allocator (default 5, quick 1)")
+    ap.add_argument("--quick", action="store_true", help="short runs, one each (about a minute)")
+    ap.add_argument("--allocators", default="", help="comma list (default: %s)" % ",".join(ALLOCATOR_ORDER))
+    ap.add_argument("--no-strace", action="store_true", help="skip the strace syscall-count runs")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds per run before FAIL (default 30, quick 10)")
+    ap.add_argument("--out", default=os.path.join(REPO, "results"), help="output directory (default results/)")
+    ap.add_argument("--no-chart", action="store_true")
+    ap.add_argument("--chart-only", metavar="JSON", help=argparse.SUPPRESS)
+    ap.add_argument("--chart-out", metavar="PNG", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.chart_only:
+        with open(args.chart_only) as f:
+            draw_chart(json.load(f), args.chart_out)
+        return 0
+
+    build = args.build if os.path.isabs(args.build) else os.path.abspath(args.build)
+    if not os.path.isdir(build) and os.path.isdir(os.path.join(REPO, args.build)):
+        build = os.path.join(REPO, args.build)
+    bindir = os.path.join(build, "bench")
+    runs = args.runs if args.runs is not None else (1 if args.quick else 5)
+    if runs < 1:
+        sys.exit("--runs must be >= 1")
+    timeout = args.timeout if args.timeout else (10.0 if args.quick else 30.0)
+    benches = select_benchmarks(args.bench)
+    wanted = [a.strip() for a in args.allocators.split(",") if a.strip()] or list(ALLOCATOR_ORDER)
+    for a in wanted:
+        if a not in ALLOCATOR_ORDER:
+            sys.exit("unknown allocator '%s'; known: %s" % (a, ", ".join(ALLOCATOR_ORDER)))
+
+    allocs, notes = discover_allocators(build, wanted)
+    for n in notes:
+        log("note: " + n)
+    if not allocs:
+        sys.exit("no allocators to run")
+    alloc_names = [a[0] for a in allocs]
+    if BASELINE not in alloc_names:
+        log("note: %s is not available, so ratios are left out" % BASELINE)
+
+    missing = [b[1] for b in benches if not os.access(os.path.join(bindir, b[1]), os.X_OK)]
+    if missing:
+        sys.exit("benchmark binaries missing in %s: %s (run `make` first)" % (bindir, ", ".join(sorted(set(missing)))))
+
+    do_strace = not args.no_strace and shutil.which("strace") is not None
+    if not args.no_strace and not do_strace:
+        log("note: strace not found; syscall counts left out")
+
+    mode = "quick" if args.quick else "full"
+    log("hakmem benchmarks: %s mode, %d run(s) per allocator, %d benchmark(s), allocators: %s"
+        % (mode, runs, len(benches), ", ".join(alloc_names)))
+    for name, env, desc in allocs:
+        log("  %-12s %s" % (name, desc))
+
+    total_units = len(benches) * len(allocs) * (runs + (1 if do_strace else 0))
+    done_units = 0
+    t_start = time.monotonic()
+    results = {}
+    raw = {}
+    bench_names = [b[0] for b in benches]
+    notes_out = list(notes)
+
+    def progress(label):
+        elapsed = time.monotonic() - t_start
+        eta = elapsed / done_units * (total_units - done_units) if done_units else 0.0
+        log("[%3d/%d] %-44s elapsed %s, about %s left" % (done_units, total_units, label, fmt_secs(elapsed),
+                                                         fmt_secs(eta)))
+
+    for bname, binary, full_args, quick_args, deterministic in benches:
+        cmd = [os.path.join(bindir, binary)] + (quick_args if args.quick else full_args)
+        raw[bname] = {a: [] for a in alloc_names}
+        gave_up = set()
+        for i in range(runs):
+            for name, env, _ in allocs:
+                if name in gave_up:
+                    raw[bname][name].append({"ok": False, "error": "skipped after timeout", "wall": 0.0})
+                    done_units += 1
+                    continue
+                r = run_once(cmd, env, timeout)
+                raw[bname][name].append(r)
+                done_units += 1
+                if r["ok"]:
+                    what = "%s ops/s, %.2fs" % (fmt_ops(r["ops"]), r["wall"])
+                else:
+                    what = "FAIL (%s)" % r["error"]
+                    if r["error"].startswith("timeout"):
+                        gave_up.add(name)
+                progress("%s %s run %d/%d: %s" % (bname, name, i + 1, runs, what))
+        res_b = {}
+        for name, env, _ in allocs:
+            s = summarize(raw[bname][name])
+            s["cmd"] = " ".join(["%s=%s" % kv for kv in env.items()] + cmd)
+            res_b[name] = s
+        if do_strace:
+            for name, env, _ in allocs:
+                if name in gave_up:
+                    done_units += 1
+                    continue
+                counts, err = strace_counts(cmd, env, timeout * 3)
+                done_units += 1
+                res_b[name]["syscalls"] = counts
+                if err:
+                    res_b[name]["strace_error"] = err
+                progress("%s %s strace: %s" % (bname, name, "ok" if counts else "failed (%s)" % err))
+        base = res_b.get(BASELINE)
+        for name in alloc_names:
+            s = res_b[name]
+            if base and base.get("median") and s.get("median") is not None:
+                s["ratio"] = s["median"] / base["median"]
+        if deterministic:
+            sums = {n: res_b[n]["checksums"] for n in alloc_names if res_b[n]["checksums"]}
+            distinct = set(c for v in sums.values() for c in v)
+            if len(distinct) > 1:
+                msg = "%s: checksums differ between allocators/runs (%s): a block's contents were not preserved" % (
+                    bname, ", ".join("%s=%s" % (n, v) for n, v in sums.items()))
+                log("WARNING: " + msg)
+                notes_out.append(msg)
+        results[bname] = res_b
+
+    total = time.monotonic() - t_start
+    print_tables(results, bench_names, alloc_names)
+    log("")
+    log("total time %s" % fmt_secs(total))
+
+    os.makedirs(args.out, exist_ok=True)
+    csv_path = os.path.join(args.out, "latest.csv")
+    json_path = os.path.join(args.out, "latest.json")
+    png_path = os.path.join(args.out, "bench.png")
+    write_csv(csv_path, results, bench_names, alloc_names)
+    data = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "mode": mode,
+        "runs": runs,
+        "git_commit": git_commit(),
+        "machine": {"cpu": cpu_model(), "nproc": os.cpu_count(), "kernel": platform.release(),
+                    "python": sys.version.split()[0]},
+        "baseline": BASELINE,
+        "allocators": alloc_names,
+        "allocator_libs": {n: d for n, _, d in allocs},
+        "benchmarks": bench_names,
+        "commands": {b[0]: [b[1]] + (b[3] if args.quick else b[2]) for b in benches},
+        "results": results,
+        "raw_runs": {b: {a: [{k: v for k, v in r.items() if k not in ("stdout_tail",)} for r in rs]
+                         for a, rs in d.items()} for b, d in raw.items()},
+        "notes": notes_out,
+        "total_seconds": total,
+    }
+    with open(json_path, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=False)
+    log("wrote %s and %s" % (os.path.relpath(csv_path), os.path.relpath(json_path)))
+
+    if not args.no_chart:
+        note = make_chart(json_path, png_path)
+        if note:
+            log("note: " + note)
+        else:
+            log("wrote %s" % os.path.relpath(png_path))
+            full_set = not args.bench and not args.quick and set(alloc_names) == set(ALLOCATOR_ORDER)
+            if full_set:
+                docs_png = os.path.join(REPO, "docs", "bench.png")
+                try:
+                    os.makedirs(os.path.dirname(docs_png), exist_ok=True)
+                    shutil.copyfile(png_path, docs_png)
+                    log("copied the chart to %s" % os.path.relpath(docs_png))
+                except OSError as e:
+                    log("note: could not copy the chart to docs/: %s" % e)
+            else:
+                log("note: docs/bench.png is only replaced by a full run (all benchmarks and allocators, not --quick)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
