@@ -159,5 +159,7 @@ int hak_malloc_trim(size_t pad) {
     return libc_trim != NULL ? libc_trim(pad) : 0;
   }
   (void)pad;
-  return 0; /* memory release comes with the purge policy (large-lane issue) */
+  /* Unmaps cached empty SuperSlabs; purging inside live ones comes with the
+   * purge policy (large-lane issue). */
+  return hm_backend_release_cached() != 0;
 }

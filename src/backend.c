@@ -17,7 +17,7 @@ static char *region_cur, *region_end;   /* unused part of the last reservation *
 
 static _Atomic size_t n_mmap, n_munmap, n_madvise, n_mremap, n_mmap_fail, committed;
 
-void *hm_os_map(size_t len) {
+static void *os_map_once(size_t len) {
   void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
     atomic_fetch_add_explicit(&n_mmap_fail, 1, memory_order_relaxed);
@@ -28,6 +28,42 @@ void *hm_os_map(size_t len) {
   return p;
 }
 
+/* Unmap the cached empty SuperSlabs and the unused rest of the last
+ * reservation. Returns the bytes given back. backend_lock held. */
+static size_t release_cached_locked(void) {
+  size_t bytes = 0;
+  while (empty_ss != NULL) {
+    superslab_t *ss = empty_ss;
+    empty_ss = ss->next;
+    hm_registry[(uintptr_t)ss >> SS_SHIFT] = REG_NONE;
+    hm_os_unmap(ss, SS_SIZE);
+    bytes += SS_SIZE;
+  }
+  if (region_cur != region_end) {
+    bytes += (size_t)(region_end - region_cur);
+    hm_os_unmap(region_cur, (size_t)(region_end - region_cur));
+    region_cur = region_end = NULL;
+  }
+  return bytes;
+}
+
+size_t hm_backend_release_cached(void) {
+  pthread_mutex_lock(&backend_lock);
+  size_t bytes = release_cached_locked();
+  pthread_mutex_unlock(&backend_lock);
+  return bytes;
+}
+
+/* When the OS refuses (address-space limit), cached memory is given back
+ * and the mapping tried once more. */
+static void *os_map_retry(size_t len, bool locked) {
+  void *p = os_map_once(len);
+  if (p == NULL && (locked ? release_cached_locked() : hm_backend_release_cached()) != 0) p = os_map_once(len);
+  return p;
+}
+
+void *hm_os_map(size_t len) { return os_map_retry(len, false); }
+
 void hm_os_unmap(void *p, size_t len) {
   if (len == 0) return;
   munmap(p, len);
@@ -37,7 +73,7 @@ void hm_os_unmap(void *p, size_t len) {
 
 /* Map len bytes aligned to SS_SIZE: over-map and trim both ends. */
 static void *os_map_aligned(size_t len) {
-  char *raw = hm_os_map(len + SS_SIZE);
+  char *raw = os_map_retry(len + SS_SIZE, true);
   if (raw == NULL) return NULL;
   char *base = (char *)(((uintptr_t)raw + SS_MASK) & ~SS_MASK);
   hm_os_unmap(raw, (size_t)(base - raw));
@@ -91,7 +127,7 @@ void *hm_meta_alloc(size_t size) {
   pthread_mutex_lock(&backend_lock);
   if ((size_t)(end - cur) < size) {
     size_t chunk = size > ((size_t)64 << 10) ? size : ((size_t)64 << 10);
-    char *p = hm_os_map(chunk);
+    char *p = os_map_retry(chunk, true);
     if (p == NULL) {
       pthread_mutex_unlock(&backend_lock);
       return NULL;

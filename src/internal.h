@@ -153,6 +153,7 @@ HM_HIDDEN void hm_heap_fork_child(void);
 /* backend.c */
 HM_HIDDEN superslab_t *hm_backend_ss_alloc(void);
 HM_HIDDEN void hm_backend_ss_free(superslab_t *ss);
+HM_HIDDEN size_t hm_backend_release_cached(void);
 HM_HIDDEN void *hm_os_map(size_t len);
 HM_HIDDEN void hm_os_unmap(void *p, size_t len);
 HM_HIDDEN void hm_backend_fork_prepare(void);
