@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""Instructions per operation of each allocator, counted with callgrind.
+
+Runs bench_random_mixed ITERS WS SEED at ws 400 and 40000 under
+`valgrind --tool=callgrind --cache-sim=no` for each allocator (the same
+LD_PRELOAD set-up as scripts/bench.py), plus bench_random_mixed_trivial: the
+same loop compiled against the benchmark's own trivial allocator (free list
+per 16-byte class over a bump region), i.e. the cost of the loop itself.
+
+Ir/op is the inclusive instruction count of the timed loop (bench_loop, with
+every malloc/free it calls) divided by ITERS; start-up, the final clean-up and
+valgrind's own work are excluded.  The whole-program count per op is kept too.
+allocator share = Ir/op - Ir/op of the trivial binary, and the last columns
+give each allocator's share relative to mimalloc's.
+
+Callgrind, unlike memcheck, does not replace malloc, so the preloaded
+allocator's code is what runs; the script checks that the allocator's library
+shows up in the profile and warns if it does not.
+
+  python3 scripts/bench_instr.py --build build [--iters N] [--ws 400,40000]
+"""
+
+import argparse
+import concurrent.futures
+import csv
+import datetime
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402  (allocator discovery shared with the runner)
+
+REPO = bench.REPO
+BASELINE = "mimalloc"
+TRIVIAL = "trivial"
+
+
+def log(msg=""):
+    print(msg, flush=True)
+
+
+def callgrind(binary, args, env_add, cache_sim, timeout):
+    """Run one profile; return dict(loop_ir, total_ir, ops, objects, error)."""
+    valgrind = shutil.which("valgrind")
+    with tempfile.TemporaryDirectory(prefix="bench-instr-") as tmp:
+        outf = os.path.join(tmp, "callgrind.out")
+        cmd = [valgrind, "--tool=callgrind", "--cache-sim=" + ("yes" if cache_sim else "no"),
+               "--callgrind-out-file=" + outf, binary] + args
+        env = bench.base_env()
+        env.update(env_add)
+        try:
+            r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"error": "timeout after %ds" % timeout}
+        out = r.stdout.decode(errors="replace")
+        err = r.stderr.decode(errors="replace")
+        if r.returncode != 0:
+            return {"error": "exit status %d: %s" % (r.returncode, err.strip()[-400:])}
+        m = re.search(r"^ops:\s*(\d+)", out, re.M)
+        if not m:
+            return {"error": "no 'ops:' line in the benchmark output"}
+        ops = int(m.group(1))
+        try:
+            ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", outf],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+            text = ann.stdout.decode(errors="replace")
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return {"error": "callgrind_annotate failed: %s" % e}
+    total = loop = None
+    objects = set()
+    for line in text.splitlines():
+        mt = re.match(r"^\s*([\d,]+)\s+\(.*\)\s+PROGRAM TOTALS", line)
+        if mt:
+            total = int(mt.group(1).replace(",", ""))
+        ml = re.match(r"^\s*([\d,]+)\s.*:bench_loop\b", line)
+        if ml:
+            v = int(ml.group(1).replace(",", ""))
+            loop = v if loop is None else max(loop, v)
+        mo = re.search(r"\[([^\]]+\.so[^\]]*)\]\s*$", line)
+        if mo:
+            objects.add(os.path.basename(mo.group(1)))
+    if total is None:
+        m = re.search(r"Collected\s*:\s*(\d+)", err)
+        total = int(m.group(1)) if m else None
+    if total is None:
+        return {"error": "could not read the instruction total"}
+    res = {"ops": ops, "total_ir": total, "loop_ir": loop, "objects": sorted(objects)}
+    if loop is None:
+        res["note"] = "bench_loop not found in the profile; using the whole-program total"
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--iters", type=int, default=2000000, help="ITERS per profile (default 2000000)")
+    ap.add_argument("--ws", default="400,40000", help="working-set sizes (default 400,40000)")
+    ap.add_argument("--seed", default="42")
+    ap.add_argument("--allocators", default="", help="comma list (default: all available)")
+    ap.add_argument("--cache-sim", action="store_true", help="turn on callgrind's cache simulation")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="profiles run in parallel")
+    ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--out", default=os.path.join(REPO, "results"))
+    args = ap.parse_args()
+
+    if not shutil.which("valgrind") or not shutil.which("callgrind_annotate"):
+        sys.exit("valgrind (with callgrind_annotate) is needed: apt-get install valgrind")
+    build = os.path.abspath(args.build)
+    if not os.path.isdir(build) and os.path.isdir(os.path.join(REPO, args.build)):
+        build = os.path.join(REPO, args.build)
+    bindir = os.path.join(build, "bench")
+    main_bin = os.path.join(bindir, "bench_random_mixed")
+    triv_bin = os.path.join(bindir, "bench_random_mixed_trivial")
+    for b in (main_bin, triv_bin):
+        if not os.access(b, os.X_OK):
+            sys.exit("%s is missing (run `make` first)" % b)
+    wss = [int(w) for w in args.ws.split(",") if w.strip()]
+    wanted = [a.strip() for a in args.allocators.split(",") if a.strip()] or list(bench.ALLOCATOR_ORDER)
+    allocs, notes = bench.discover_allocators(build, wanted)
+    for n in notes:
+        log("note: " + n)
+    names = [TRIVIAL] + [a[0] for a in allocs]
+
+    jobs = []
+    for ws in wss:
+        a_args = [str(args.iters), str(ws), args.seed]
+        jobs.append((TRIVIAL, ws, triv_bin, a_args, {}))
+        for name, env, _ in allocs:
+            jobs.append((name, ws, main_bin, a_args, env))
+    log("callgrind: bench_random_mixed %d WS %s at ws %s, %d profiles, %d at a time"
+        % (args.iters, args.seed, ", ".join(map(str, wss)), len(jobs), args.jobs))
+
+    results = {n: {} for n in names}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
+        futs = {ex.submit(callgrind, b, a, e, args.cache_sim, args.timeout): (n, ws) for n, ws, b, a, e in jobs}
+        done = 0
+        for f in concurrent.futures.as_completed(futs):
+            n, ws = futs[f]
+            r = f.result()
+            done += 1
+            results[n][ws] = r
+            if "error" in r:
+                log("[%2d/%d] %-12s ws %-6d FAIL: %s" % (done, len(jobs), n, ws, r["error"]))
+            else:
+                ir = r["loop_ir"] if r["loop_ir"] is not None else r["total_ir"]
+                log("[%2d/%d] %-12s ws %-6d %.1f Ir/op" % (done, len(jobs), n, ws, ir / r["ops"]))
+
+    # Check that the intended allocator's code was the one measured.
+    expect = {"glibc": "libc.so", "hakmem": "libhakmem", "hakmem-libc": "libhakmem",
+              "mimalloc": "libmimalloc", "jemalloc": "libjemalloc", "tcmalloc": "libtcmalloc"}
+    warnings = []
+    for n in names:
+        for ws, r in results[n].items():
+            if "error" in r:
+                continue
+            if n in expect and not any(o.startswith(expect[n]) for o in r["objects"]):
+                warnings.append("%s ws %d: %s* does not appear in the profile" % (n, ws, expect[n]))
+            if r.get("note"):
+                warnings.append("%s ws %d: %s" % (n, ws, r["note"]))
+
+    def per_op(n, ws, key="loop_ir"):
+        r = results.get(n, {}).get(ws)
+        if not r or "error" in r:
+            return None
+        v = r[key] if r.get(key) is not None else r["total_ir"]
+        return v / r["ops"]
+
+    table = []
+    for n in names:
+        row = {"allocator": n}
+        for ws in wss:
+            ir = per_op(n, ws)
+            triv = per_op(TRIVIAL, ws)
+            row["ir_op_%d" % ws] = ir
+            row["total_ir_op_%d" % ws] = per_op(n, ws, "total_ir")
+            share = ir - triv if ir is not None and triv is not None and n != TRIVIAL else None
+            row["share_%d" % ws] = share
+            base = per_op(BASELINE, ws)
+            base_share = base - triv if base is not None and triv is not None else None
+            row["share_vs_%s_%d" % (BASELINE, ws)] = (share / base_share) if share is not None and base_share else None
+        row["errors"] = {ws: results[n][ws]["error"] for ws in wss if "error" in results[n].get(ws, {})}
+        table.append(row)
+
+    def f(v, fmt="%.1f"):
+        return "-" if v is None else fmt % v
+
+    hdr = ["allocator"] + ["Ir/op ws%d" % w for w in wss] + ["share ws%d" % w for w in wss] + \
+          ["share/%s ws%d" % (BASELINE, w) for w in wss] + ["total Ir/op ws%d" % w for w in wss]
+    rows = []
+    for row in table:
+        cells = [row["allocator"]]
+        for w in wss:
+            cells.append("FAIL" if w in row["errors"] else f(row["ir_op_%d" % w]))
+        for w in wss:
+            cells.append("FAIL" if w in row["errors"] else f(row["share_%d" % w]))
+        for w in wss:
+            cells.append("FAIL" if w in row["errors"] else f(row["share_vs_%s_%d" % (BASELINE, w)], "%.2fx"))
+        for w in wss:
+            cells.append("FAIL" if w in row["errors"] else f(row["total_ir_op_%d" % w]))
+        rows.append(cells)
+    widths = [max(len(str(x)) for x in col) for col in zip(hdr, *rows)]
+    log("")
+    log("Instructions per operation (callgrind, bench_random_mixed %d iters, seed %s; lower is better)"
+        % (args.iters, args.seed))
+    log("Ir/op: the timed loop incl. the allocator calls; share: Ir/op minus the trivial allocator's loop")
+    line = "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(hdr, widths)))
+    log(line)
+    log("-" * len(line))
+    for cells in rows:
+        log("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))))
+    for w in warnings:
+        log("WARNING: " + w)
+    for row in table:
+        for ws, e in row["errors"].items():
+            log("FAIL %s ws %d: %s" % (row["allocator"], ws, e))
+
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "instr.csv"), "w", newline="") as fh:
+        wr = csv.writer(fh)
+        keys = [k for k in table[0].keys() if k != "errors"]
+        wr.writerow(keys)
+        for row in table:
+            wr.writerow(["" if row[k] is None else (("%.3f" % row[k]) if isinstance(row[k], float) else row[k])
+                         for k in keys])
+    with open(os.path.join(args.out, "instr.json"), "w") as fh:
+        json.dump({"date": datetime.datetime.now().isoformat(timespec="seconds"), "iters": args.iters,
+                   "seed": args.seed, "ws": wss, "cache_sim": args.cache_sim, "git_commit": bench.git_commit(),
+                   "table": table, "profiles": {n: {str(k): v for k, v in d.items()} for n, d in results.items()},
+                   "warnings": warnings, "notes": notes}, fh, indent=1)
+    log("wrote %s and %s" % (os.path.relpath(os.path.join(args.out, "instr.csv")),
+                             os.path.relpath(os.path.join(args.out, "instr.json"))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
