@@ -71,6 +71,11 @@ BENCHMARKS = [
     ("soak", "bench_soak", ["4", "2", "10000", "42", "1"], ["1.2", "2", "10000", "42", "0.4"], False),
 ]
 
+# Rough seconds per run (full, quick), only used to estimate the time left.
+EXPECTED_SECS = {"bench_random_mixed": (0.6, 0.08), "bench_tiny": (0.8, 0.12), "larson": (1.05, 0.3),
+                 "bench_xthread": (0.8, 0.15), "bench_mid_large": (1.2, 0.25), "bench_soak": (4.1, 1.25)}
+STRACE_FACTOR = 1.3  # a strace run is a little slower
+
 # Extra figures some benchmarks print, kept in the JSON (median over runs).
 EXTRA_KEYS = ["rss_drift_pct", "ops_drift_pct", "rss_live_ratio", "rss_live_ratio_mean",
               "rss_end_mb", "live_end_mb", "rss_after_free_mb", "peak_live_bytes",
@@ -471,6 +476,88 @@ def write_csv(path, results, bench_names, alloc_names):
                                                                      "rss_live_ratio")])
 
 
+def write_markdown(path, data):
+    """The results as Markdown tables (for docs/BENCHMARKS.md)."""
+    results, benches, allocs = data["results"], data["benchmarks"], data["allocators"]
+    m = data.get("machine", {})
+    out = []
+    out.append("Run: %s, %s mode, %s runs per allocator (interleaved), commit %s, %s, %s cores, Linux %s."
+               % (data.get("date", "?"), data.get("mode", "?"), data.get("runs", "?"), data.get("git_commit", "?"),
+                  m.get("cpu", "?"), m.get("nproc", "?"), m.get("kernel", "?")))
+    out.append("")
+    out.append("Median ops/s, k = thousand, M = million (ratio to %s's median; higher is better). "
+               "FAIL = crashed or timed out." % BASELINE)
+    out.append("")
+    out.append("| benchmark | " + " | ".join(allocs) + " |")
+    out.append("|---|" + "---:|" * len(allocs))
+    for b in benches:
+        cells = []
+        for a in allocs:
+            s = results.get(b, {}).get(a)
+            if not s:
+                cells.append("-")
+            elif s["status"] != "ok":
+                cells.append("FAIL")
+            else:
+                r = s.get("ratio")
+                cells.append("%s (%s)" % (fmt_ops(s["median"]), "%.2fx" % r if r is not None else "-"))
+        out.append("| %s | %s |" % (b, " | ".join(cells)))
+    out.append("")
+    out.append("Coefficient of variation of ops/s over the runs (%):")
+    out.append("")
+    out.append("| benchmark | " + " | ".join(allocs) + " |")
+    out.append("|---|" + "---:|" * len(allocs))
+    for b in benches:
+        cells = []
+        for a in allocs:
+            s = results.get(b, {}).get(a)
+            cells.append("%.1f" % s["cv_pct"] if s and s.get("cv_pct") is not None else "-")
+        out.append("| %s | %s |" % (b, " | ".join(cells)))
+    out.append("")
+    out.append("Peak RSS in MiB (ru_maxrss, largest over the runs):")
+    out.append("")
+    out.append("| benchmark | " + " | ".join(allocs) + " |")
+    out.append("|---|" + "---:|" * len(allocs))
+    for b in benches:
+        cells = []
+        for a in allocs:
+            s = results.get(b, {}).get(a)
+            cells.append("%.1f" % s["peak_rss_mb"] if s and s.get("peak_rss_mb") is not None else "-")
+        out.append("| %s | %s |" % (b, " | ".join(cells)))
+    out.append("")
+    out.append("System calls in one `strace -f -c` run (mmap / munmap / madvise / mremap / brk):")
+    out.append("")
+    out.append("| benchmark | " + " | ".join(allocs) + " |")
+    out.append("|---|" + "---:|" * len(allocs))
+    for b in benches:
+        cells = []
+        for a in allocs:
+            sc = (results.get(b, {}).get(a) or {}).get("syscalls")
+            cells.append(" / ".join(str(sc.get(k, "-")) for k in STRACE_SYSCALLS) if sc else "-")
+        out.append("| %s | %s |" % (b, " | ".join(cells)))
+    soak = results.get("soak")
+    if soak:
+        out.append("")
+        out.append("soak (medians over the runs): drift from 20% into the run to the end, RSS / live bytes at the end:")
+        out.append("")
+        out.append("| allocator | RSS drift % | ops/s drift % | RSS/live | RSS end MiB | live end MiB |")
+        out.append("|---|---:|---:|---:|---:|---:|")
+        for a in allocs:
+            e = (soak.get(a) or {}).get("extra")
+            if not e:
+                continue
+            out.append("| %s | %+.1f | %+.1f | %.2f | %.1f | %.1f |" % (
+                a, e.get("rss_drift_pct", float("nan")), e.get("ops_drift_pct", float("nan")),
+                e.get("rss_live_ratio", float("nan")), e.get("rss_end_mb", float("nan")),
+                e.get("live_end_mb", float("nan"))))
+    if data.get("notes"):
+        out.append("")
+        for n in data["notes"]:
+            out.append("- note: " + n)
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
 # ---------------------------------------------------------------- chart
 
 def draw_chart(data, png):
@@ -592,6 +679,8 @@ def main():
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run before FAIL (default 30, quick 10)")
     ap.add_argument("--out", default=os.path.join(REPO, "results"), help="output directory (default results/)")
     ap.add_argument("--no-chart", action="store_true")
+    ap.add_argument("--from-json", metavar="JSON", help="no runs: print the tables of an earlier latest.json "
+                    "and rewrite latest.md next to it")
     ap.add_argument("--chart-only", metavar="JSON", help=argparse.SUPPRESS)
     ap.add_argument("--chart-out", metavar="PNG", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -599,6 +688,15 @@ def main():
     if args.chart_only:
         with open(args.chart_only) as f:
             draw_chart(json.load(f), args.chart_out)
+        return 0
+
+    if args.from_json:
+        with open(args.from_json) as f:
+            data = json.load(f)
+        print_tables(data["results"], data["benchmarks"], data["allocators"])
+        md = os.path.join(os.path.dirname(os.path.abspath(args.from_json)), "latest.md")
+        write_markdown(md, data)
+        log("wrote %s" % os.path.relpath(md))
         return 0
 
     build = args.build if os.path.isabs(args.build) else os.path.abspath(args.build)
@@ -640,6 +738,13 @@ def main():
 
     total_units = len(benches) * len(allocs) * (runs + (1 if do_strace else 0))
     done_units = 0
+
+    def expect(binary, strace=False):
+        e = EXPECTED_SECS.get(binary, (1.0, 0.2))[1 if args.quick else 0]
+        return e * (STRACE_FACTOR if strace else 1.0)
+
+    exp_total = sum(len(allocs) * (runs * expect(b[1]) + (expect(b[1], True) if do_strace else 0)) for b in benches)
+    exp_done = [0.0]
     t_start = time.monotonic()
     results = {}
     raw = {}
@@ -648,7 +753,8 @@ def main():
 
     def progress(label):
         elapsed = time.monotonic() - t_start
-        eta = elapsed / done_units * (total_units - done_units) if done_units else 0.0
+        # Scale the rough per-benchmark guesses by how fast things went so far.
+        eta = elapsed / exp_done[0] * max(0.0, exp_total - exp_done[0]) if exp_done[0] > 0 else exp_total
         log("[%3d/%d] %-44s elapsed %s, about %s left" % (done_units, total_units, label, fmt_secs(elapsed),
                                                          fmt_secs(eta)))
 
@@ -661,10 +767,12 @@ def main():
                 if name in gave_up:
                     raw[bname][name].append({"ok": False, "error": "skipped after timeout", "wall": 0.0})
                     done_units += 1
+                    exp_done[0] += expect(binary)
                     continue
                 r = run_once(cmd, env, timeout)
                 raw[bname][name].append(r)
                 done_units += 1
+                exp_done[0] += expect(binary)
                 if r["ok"]:
                     what = "%s ops/s, %.2fs" % (fmt_ops(r["ops"]), r["wall"])
                 else:
@@ -681,9 +789,11 @@ def main():
             for name, env, _ in allocs:
                 if name in gave_up:
                     done_units += 1
+                    exp_done[0] += expect(binary, True)
                     continue
                 counts, err = strace_counts(cmd, env, timeout * 3)
                 done_units += 1
+                exp_done[0] += expect(binary, True)
                 res_b[name]["syscalls"] = counts
                 if err:
                     res_b[name]["strace_error"] = err
@@ -733,7 +843,9 @@ def main():
     }
     with open(json_path, "w") as f:
         json.dump(data, f, indent=1, sort_keys=False)
-    log("wrote %s and %s" % (os.path.relpath(csv_path), os.path.relpath(json_path)))
+    md_path = os.path.join(args.out, "latest.md")
+    write_markdown(md_path, data)
+    log("wrote %s, %s and %s" % (os.path.relpath(csv_path), os.path.relpath(json_path), os.path.relpath(md_path)))
 
     if not args.no_chart:
         note = make_chart(json_path, png_path)

@@ -232,8 +232,18 @@ def main():
                    "seed": args.seed, "ws": wss, "cache_sim": args.cache_sim, "git_commit": bench.git_commit(),
                    "table": table, "profiles": {n: {str(k): v for k, v in d.items()} for n, d in results.items()},
                    "warnings": warnings, "notes": notes}, fh, indent=1)
-    log("wrote %s and %s" % (os.path.relpath(os.path.join(args.out, "instr.csv")),
-                             os.path.relpath(os.path.join(args.out, "instr.json"))))
+    with open(os.path.join(args.out, "instr.md"), "w") as fh:
+        fh.write("callgrind, `bench_random_mixed %d WS %s`, cache simulation %s, commit %s, %s.\n\n"
+                 % (args.iters, args.seed, "on" if args.cache_sim else "off", bench.git_commit(),
+                    datetime.datetime.now().isoformat(timespec="seconds")))
+        fh.write("| " + " | ".join(hdr) + " |\n|---|" + "---:|" * (len(hdr) - 1) + "\n")
+        for cells in rows:
+            fh.write("| " + " | ".join(cells) + " |\n")
+        for w in warnings:
+            fh.write("\n- warning: %s" % w)
+    log("wrote %s, %s and %s" % (os.path.relpath(os.path.join(args.out, "instr.csv")),
+                                 os.path.relpath(os.path.join(args.out, "instr.json")),
+                                 os.path.relpath(os.path.join(args.out, "instr.md"))))
     return 0
 
 
