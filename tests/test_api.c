@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 
 #include "hakmem.h"
 
@@ -164,6 +165,7 @@ static void test_malloc_zero_and_free_null(void) {
   for (int i = 0; i < N; i++) A(free)(v[i]);
   A(free)(v);
   for (int i = 0; i < 1000; i++) A(free)(tc_escape(NULL));
+  CHECK(A(malloc_usable_size)(tc_escape(NULL)) == 0, "malloc_usable_size(NULL) != 0");
   /* calloc(0, x), calloc(x, 0) */
   void *a = A(calloc)(tc_opaque(0), 16), *b = A(calloc)(16, tc_opaque(0)), *c = A(calloc)(0, 0);
   CHECK(a && b && c, "calloc with a zero count/size returned NULL");
@@ -179,6 +181,8 @@ static void check_aligned(void *p, size_t al, size_t n, const char *fn) {
   CHECK(((uintptr_t)p & (al - 1)) == 0, "%s(align %zu, size %zu) = %p is misaligned", fn, al, n, p);
   size_t us = A(malloc_usable_size)(p);
   CHECK(us >= n, "%s(align %zu, size %zu): usable %zu < size", fn, al, n, us);
+  /* the whole usable size is writable without touching neighbours */
+  memset(p, 0xE7, us);
   tc_fill(p, n, al * 7 + n);
 }
 
@@ -186,7 +190,7 @@ static void test_alignment(void) {
   const unsigned maxlog = 24; /* 2^0 .. 16 MiB (4 MiB required, larger checked too) */
   for (unsigned lg = 0; lg <= maxlog; lg++) {
     size_t al = (size_t)1 << lg;
-    size_t sizes[] = {1, al > 1 ? al - 1 : 3, al, al + 1, al + al / 2 + 5, 100, 5000, 3 * al + 16};
+    size_t sizes[] = {0, 1, al > 1 ? al - 1 : 3, al, al + 1, al + al / 2 + 5, 100, 5000, 3 * al + 16};
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
       size_t n = sizes[si];
       if (n > (48u << 20)) continue;
@@ -230,6 +234,74 @@ static void test_alignment(void) {
       A(free)(v[i]);
     }
   }
+}
+
+/* realloc of big-alignment blocks keeps contents (alignment need not be kept) */
+static void test_aligned_realloc(void) {
+  for (unsigned lg = 4; lg <= 22; lg += 2) {
+    size_t al = (size_t)1 << lg;
+    size_t n = al / 2 + 100;
+    void *p = NULL;
+    CHECK(A(posix_memalign)(&p, al, n) == 0, "posix_memalign(%zu, %zu)", al, n);
+    tc_fill(p, n, al);
+    size_t targets[] = {n * 3, n + 1, n / 3 + 1, 100, 300000, 5000000, 17};
+    size_t cur = n;
+    for (size_t t = 0; t < sizeof targets / sizeof targets[0]; t++) {
+      void *q = A(realloc)(p, targets[t]);
+      CHECK(q, "realloc of a %zu-aligned block to %zu", al, targets[t]);
+      CHECK_PATTERN(q, cur < targets[t] ? cur : targets[t], al + t, "realloc of a %zu-aligned block %zu -> %zu", al,
+                    cur, targets[t]);
+      cur = targets[t];
+      tc_fill(q, cur, al + t + 1);
+      p = q;
+    }
+    A(free)(p);
+  }
+}
+
+/* free() leaves errno alone (glibc >= 2.33, POSIX.1-2024) */
+static void test_free_preserves_errno(void) {
+  for (size_t bi = 0; bi < NB; bi++) {
+    void *p = A(malloc)(boundaries[bi]);
+    CHECK(p, "malloc");
+    void *q = A(memalign)(1u << 21, boundaries[bi] ? boundaries[bi] : 1); /* size 0: see alignment step */
+    CHECK(q, "memalign");
+    errno = 4321;
+    A(free)(p);
+    CHECK(errno == 4321, "free of a %zu-byte block changed errno to %d", boundaries[bi], errno);
+    A(free)(q);
+    CHECK(errno == 4321, "free of a 2 MiB-aligned %zu-byte block changed errno to %d", boundaries[bi], errno);
+  }
+}
+
+/* millions of tiny blocks live at once */
+static void test_bulk(void) {
+  size_t n = tc_scaled(2000000);
+  uint64_t **v = A(malloc)(n * sizeof *v);
+  CHECK(v, "malloc of the pointer array");
+  for (size_t i = 0; i < n; i++) {
+    size_t sz = 8 + (i % 3) * 8;
+    v[i] = A(malloc)(sz);
+    CHECK(v[i], "malloc #%zu", i);
+    v[i][0] = i * 0x9E3779B97F4A7C15ull;
+  }
+  /* free every third, then reallocate them, then free in a scattered order */
+  for (size_t i = 0; i < n; i += 3) {
+    CHECK(v[i][0] == i * 0x9E3779B97F4A7C15ull, "tiny block %zu corrupted", i);
+    A(free)(v[i]);
+  }
+  for (size_t i = 0; i < n; i += 3) {
+    v[i] = A(malloc)(16);
+    CHECK(v[i], "malloc");
+    v[i][0] = i * 0x9E3779B97F4A7C15ull;
+  }
+  size_t stride = 7919; /* prime, coprime with n unless n is a multiple */
+  if (n % stride == 0) stride = 7907;
+  for (size_t k = 0, i = 0; k < n; k++, i = (i + stride) % n) {
+    CHECK(v[i][0] == i * 0x9E3779B97F4A7C15ull, "tiny block %zu corrupted", i);
+    A(free)(v[i]);
+  }
+  A(free)(v);
 }
 
 static void test_alignment_errors(void) {
@@ -547,17 +619,43 @@ int main(void) {
       {"no_overlap", test_no_overlap},
       {"malloc_zero_free_null", test_malloc_zero_and_free_null},
       {"alignment", test_alignment},
+      {"aligned_realloc", test_aligned_realloc},
       {"alignment_errors", test_alignment_errors},
+      {"free_preserves_errno", test_free_preserves_errno},
+      {"bulk", test_bulk},
       {"valloc_pvalloc", test_valloc_pvalloc},
       {"errno_cases", test_errno_cases},
       {"realloc", test_realloc},
       {"calloc_reuse", test_calloc_reuse},
       {"trim", test_trim},
   };
+  /* Each step runs in a child process so that one failure does not hide
+   * the others; the test fails if any step fails. */
+  int failed = 0;
   for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
     printf("[%s] %s ...\n", API_NAME, steps[i].name);
     fflush(stdout);
-    steps[i].fn();
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+      steps[i].fn();
+      fflush(stdout);
+      _exit(0);
+    }
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+    if (WIFSIGNALED(st)) {
+      fprintf(stderr, "FAIL [api(%s)] step %s: killed by signal %d (%s)\n", API_NAME, steps[i].name, WTERMSIG(st),
+              strsignal(WTERMSIG(st)));
+      failed++;
+    } else if (WEXITSTATUS(st) != 0) {
+      fprintf(stderr, "FAIL [api(%s)] step %s: exit status %d\n", API_NAME, steps[i].name, WEXITSTATUS(st));
+      failed++;
+    }
+  }
+  if (failed) {
+    fprintf(stderr, "FAIL [api(%s)]: %d step(s) failed\n", API_NAME, failed);
+    return 1;
   }
   printf("[%s] all API checks passed (hakmem-specific checks %s)\n", API_NAME,
          HAKMEM_SPECIFIC ? "on" : "off");

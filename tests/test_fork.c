@@ -127,6 +127,24 @@ static void child_main(int iter) {
   for (int i = 0; i < 2; i++)
     if (pthread_create(&t[i], NULL, child_thread, &a[i])) FAILF("child %d: pthread_create failed", iter);
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  /* and the child can fork again (every other iteration) */
+  if (iter % 2 == 0) {
+    fflush(stdout);
+    pid_t g = fork();
+    if (g < 0) FAILF("child %d: fork of a grandchild failed", iter);
+    if (g == 0) {
+      for (int i = 0; i < 20000; i++) {
+        void *p = malloc((size_t)(i % 5000) + 1);
+        if (!p) _exit(2);
+        memset(p, 1, (size_t)(i % 5000) + 1);
+        free(p);
+      }
+      _exit(0);
+    }
+    int gst = 0;
+    if (waitpid(g, &gst, 0) != g) FAILF("child %d: waitpid(grandchild)", iter);
+    if (!WIFEXITED(gst) || WEXITSTATUS(gst) != 0) FAILF("child %d: grandchild failed (status %#x)", iter, gst);
+  }
   /* stdio allocates too */
   char *s = NULL;
   if (asprintf(&s, "child %d done", iter) < 0 || !s) FAILF("asprintf in child");

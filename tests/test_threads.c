@@ -69,7 +69,14 @@ static void *producer(void *arg) {
   for (size_t n = 0; n < items_per_prod; n++) {
     unsigned j = (unsigned)(tc_mix64(n * 31 + i) % NCONS);
     size_t sz = item_size(i, j, k[j]);
-    char *p = malloc(sz);
+    char *p;
+    if (k[j] % 16 == 5) {
+      size_t al = (size_t)64 << (k[j] % 15); /* 64 B .. 1 MiB */
+      p = memalign(al, sz);
+      if (p && ((uintptr_t)p & (al - 1))) FAILF("producer %u: memalign(%zu) misaligned", i, al);
+    } else {
+      p = malloc(sz);
+    }
     if (!p) FAILF("producer %u: malloc(%zu) failed", i, sz);
     item_fill(p, sz, item_seed(i, j, k[j]));
     /* also some thread-local churn */
@@ -162,15 +169,38 @@ static void *consumer(void *arg) {
   return NULL;
 }
 
+static _Atomic int prodcons_done;
+/* malloc_trim and hak_os_stats_get concurrently with everything else */
+static void *trimmer(void *arg) {
+  (void)arg;
+  size_t calls = 0;
+  while (!atomic_load(&prodcons_done)) {
+    malloc_trim(0);
+    struct hak_os_stats st;
+    hak_os_stats_get(&st);
+    void *p = malloc(1000 + calls % 300000);
+    if (!p) FAILF("malloc in trimmer");
+    free(p);
+    calls++;
+    sched_yield();
+  }
+  return (void *)calls;
+}
+
 static int run_prodcons(void) {
   items_per_prod = tc_scaled(400000);
-  pthread_t pt[NPROD], ct[NCONS];
+  pthread_t pt[NPROD], ct[NCONS], tt;
+  if (pthread_create(&tt, NULL, trimmer, NULL)) FAILF("pthread_create");
   for (unsigned j = 0; j < NCONS; j++)
     if (pthread_create(&ct[j], NULL, consumer, (void *)(uintptr_t)j)) FAILF("pthread_create");
   for (unsigned i = 0; i < NPROD; i++)
     if (pthread_create(&pt[i], NULL, producer, (void *)(uintptr_t)i)) FAILF("pthread_create");
   for (unsigned i = 0; i < NPROD; i++) pthread_join(pt[i], NULL);
   for (unsigned j = 0; j < NCONS; j++) pthread_join(ct[j], NULL);
+  atomic_store(&prodcons_done, 1);
+  void *trims;
+  pthread_join(tt, &trims);
+  printf("prodcons: %zu concurrent malloc_trim calls\n", (size_t)trims);
   printf("prodcons: %d producers x %zu items, %d consumers: ok (RSS %zu MiB)\n", NPROD, items_per_prod, NCONS,
          tc_rss_bytes() / MiB);
   return 0;
@@ -419,6 +449,47 @@ static int run_adopt(void) {
   return 0;
 }
 
+/* ------------------------------------------------------------------ */
+/* many threads alive at once, each freeing its neighbour's blocks      */
+#define MANY 200
+static void *many_blocks[MANY][256];
+static pthread_barrier_t many_bar;
+static void *many_thread(void *arg) {
+  unsigned id = (unsigned)(uintptr_t)arg;
+  for (int round = 0; round < 5; round++) {
+    for (int i = 0; i < 256; i++) {
+      size_t n = (size_t)((i * 53 + id) % 1500) + 8;
+      many_blocks[id][i] = malloc(n);
+      if (!many_blocks[id][i]) FAILF("many: malloc failed");
+      memcpy(many_blocks[id][i], &id, sizeof id);
+    }
+    pthread_barrier_wait(&many_bar);
+    unsigned nb = (id + 1 + (unsigned)round) % MANY;
+    for (int i = 0; i < 256; i++) {
+      unsigned got;
+      memcpy(&got, many_blocks[nb][i], sizeof got);
+      if (got != nb) FAILF("many: thread %u found a block of thread %u tagged %u", id, nb, got);
+      free(many_blocks[nb][i]);
+    }
+    pthread_barrier_wait(&many_bar);
+  }
+  return NULL;
+}
+static int run_many(void) {
+  if (pthread_barrier_init(&many_bar, NULL, MANY)) FAILF("barrier");
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  pthread_attr_setstacksize(&at, 256 * 1024);
+  for (int rep = 0; rep < 3; rep++) {
+    pthread_t t[MANY];
+    for (unsigned i = 0; i < MANY; i++)
+      if (pthread_create(&t[i], &at, many_thread, (void *)(uintptr_t)i)) FAILF("pthread_create #%u", i);
+    for (unsigned i = 0; i < MANY; i++) pthread_join(t[i], NULL);
+  }
+  printf("many: %d threads alive at once, 3 times: ok (RSS %zu MiB)\n", MANY, tc_rss_bytes() / MiB);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "";
   static char name[64];
@@ -428,6 +499,7 @@ int main(int argc, char **argv) {
   if (!strcmp(which, "churn")) return run_churn();
   if (!strcmp(which, "tsd")) return run_tsd();
   if (!strcmp(which, "adopt")) return run_adopt();
-  fprintf(stderr, "usage: %s prodcons|churn|tsd|adopt\n", argv[0]);
+  if (!strcmp(which, "many")) return run_many();
+  fprintf(stderr, "usage: %s prodcons|churn|tsd|adopt|many\n", argv[0]);
   return 2;
 }
