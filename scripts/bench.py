@@ -481,9 +481,11 @@ def write_markdown(path, data):
     results, benches, allocs = data["results"], data["benchmarks"], data["allocators"]
     m = data.get("machine", {})
     out = []
-    out.append("Run: %s, %s mode, %s runs per allocator (interleaved), commit %s, %s, %s cores, Linux %s."
+    out.append("Run: %s, %s mode, %s runs per allocator (interleaved), commit %s, %s, %s cores, Linux %s, "
+               "1-min load average %s at the start and %s at the end."
                % (data.get("date", "?"), data.get("mode", "?"), data.get("runs", "?"), data.get("git_commit", "?"),
-                  m.get("cpu", "?"), m.get("nproc", "?"), m.get("kernel", "?")))
+                  m.get("cpu", "?"), m.get("nproc", "?"), m.get("kernel", "?"),
+                  m.get("loadavg_1min_start", "?"), m.get("loadavg_1min_end", "?")))
     out.append("")
     out.append("Median ops/s, k = thousand, M = million (ratio to %s's median; higher is better). "
                "FAIL = crashed or timed out." % BASELINE)
@@ -573,6 +575,11 @@ def draw_chart(data, png):
     n = len(allocs)
     width = 0.8 / max(n, 1)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    ratios = [s["ratio"] for b in benches for s in res.get(b, {}).values()
+              if s.get("ratio") is not None and s["status"] == "ok"]
+    lo = min(ratios + [1.0]) / 1.4
+    hi = max(ratios + [1.0]) * 1.4
+    fails = []
     for i, a in enumerate(allocs):
         xs, ys, rs, rx = [], [], [], []
         for j, b in enumerate(benches):
@@ -584,15 +591,24 @@ def draw_chart(data, png):
                 xs.append(x)
                 ys.append(s["ratio"])
             elif s["status"] != "ok":
-                ax1.text(x, 0.02, "FAIL", rotation=90, ha="center", va="bottom", fontsize=7, color="red")
+                fails.append(x)
             if s.get("peak_rss_mb") is not None:
                 rx.append(x)
                 rs.append(s["peak_rss_mb"])
         c = colors[i % len(colors)]
-        ax1.bar(xs, ys, width, label=a, color=c)
+        # Bars start at 1.0 (= mimalloc) on a log axis: up is faster, down slower.
+        ax1.bar(xs, [y - 1.0 for y in ys], width, bottom=1.0, label=a, color=c)
         ax2.bar(rx, rs, width, label=a, color=c)
-    ax1.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    ax1.set_ylabel("throughput relative to %s (median ops/s)" % BASELINE)
+    for x in fails:
+        ax1.text(x, lo * 1.05, "FAIL", rotation=90, ha="center", va="bottom", fontsize=7, color="red")
+    ax1.set_yscale("log")
+    ax1.set_ylim(lo, hi)
+    ticks = [t for t in (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1, 2, 4, 8, 16) if lo <= t <= hi]
+    ax1.set_yticks(ticks)
+    ax1.set_yticklabels(["%gx" % t if t >= 1 else "1/%gx" % (1 / t) for t in ticks])
+    ax1.minorticks_off()
+    ax1.axhline(1.0, color="black", linewidth=0.8)
+    ax1.set_ylabel("median ops/s relative to %s (log)" % BASELINE)
     ax1.set_xticks(range(len(benches)))
     ax1.set_xticklabels(benches, rotation=20, ha="right", fontsize=8)
     ax1.legend(fontsize=8, ncol=min(n, 6))
@@ -736,6 +752,7 @@ def main():
     for name, env, desc in allocs:
         log("  %-12s %s" % (name, desc))
 
+    load_start = os.getloadavg()[0]
     total_units = len(benches) * len(allocs) * (runs + (1 if do_strace else 0))
     done_units = 0
 
@@ -816,7 +833,8 @@ def main():
     total = time.monotonic() - t_start
     print_tables(results, bench_names, alloc_names)
     log("")
-    log("total time %s" % fmt_secs(total))
+    log("total time %s; 1-min load average %.2f at the start, %.2f at the end (>%d means other work competed "
+        "for the CPUs)" % (fmt_secs(total), load_start, os.getloadavg()[0], os.cpu_count() or 1))
 
     os.makedirs(args.out, exist_ok=True)
     csv_path = os.path.join(args.out, "latest.csv")
@@ -829,7 +847,8 @@ def main():
         "runs": runs,
         "git_commit": git_commit(),
         "machine": {"cpu": cpu_model(), "nproc": os.cpu_count(), "kernel": platform.release(),
-                    "python": sys.version.split()[0]},
+                    "python": sys.version.split()[0],
+                    "loadavg_1min_start": round(load_start, 2), "loadavg_1min_end": round(os.getloadavg()[0], 2)},
         "baseline": BASELINE,
         "allocators": alloc_names,
         "allocator_libs": {n: d for n, _, d in allocs},
