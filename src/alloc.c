@@ -132,7 +132,7 @@ void *hak_aligned_alloc(size_t align, size_t n) {
 }
 
 void *hak_memalign(size_t align, size_t n) {
-  if (align <= 16) return hm_malloc(n);
+  if (align == 0) return hm_malloc(n);
   if (!is_pow2(align)) {
     errno = EINVAL;
     return NULL;

@@ -34,7 +34,8 @@ void *hm_large_alloc(size_t n, size_t align) {
   }
   char *base = (char *)(((uintptr_t)raw + SS_MASK) & ~SS_MASK);
   char *block = (char *)(((uintptr_t)base + LARGE_HDR + align - 1) & ~(uintptr_t)(align - 1));
-  char *end = (char *)(((uintptr_t)block + n + SS_MASK) & ~SS_MASK);
+  /* n + 1: a zero-size block aligned to 2 MiB still needs its own chunk */
+  char *end = (char *)(((uintptr_t)block + n + 1 + SS_MASK) & ~SS_MASK);
   hm_os_unmap(raw, (size_t)(base - raw));
   hm_os_unmap(end, (size_t)(raw + total - end));
   large_hdr_t *h = (large_hdr_t *)base;
