@@ -180,22 +180,27 @@ compare() {
   head -5 "$WORK/plain.out"
 }
 
-# The preload must really be in effect: malloc(100) has hakmem's class size.
-check_effective() {
-  [ "${HAKMEM_TEST_SHIM:-0}" = 1 ] && return 0
-  command -v python3 >/dev/null 2>&1 || return 0
-  local got
-  got=$(env LD_PRELOAD="$LIB" "$@" python3 -c '
+# The preload must really be in effect: malloc(100) has hakmem's class size
+# (112), or glibc's (as in a plain run) with HAKMEM_FORCE_LIBC_ALLOC=1.
+USABLE_PY='
 import ctypes
 l = ctypes.CDLL(None)
 l.malloc.restype = ctypes.c_void_p
 l.malloc.argtypes = [ctypes.c_size_t]
 l.malloc_usable_size.restype = ctypes.c_size_t
 l.malloc_usable_size.argtypes = [ctypes.c_void_p]
-print(l.malloc_usable_size(l.malloc(100)))') || fail "python3 under LD_PRELOAD failed"
-  [ "$got" = 112 ] || fail "under LD_PRELOAD=$LIB malloc_usable_size(malloc(100)) = $got, expected hakmem's 112"
+print(l.malloc_usable_size(l.malloc(100)))'
+check_effective() {
+  [ "${HAKMEM_TEST_SHIM:-0}" = 1 ] && return 0
+  command -v python3 >/dev/null 2>&1 || return 0
+  local got want=112
+  if [ "${1:-}" = HAKMEM_FORCE_LIBC_ALLOC=1 ]; then
+    want=$(python3 -c "$USABLE_PY") || fail "python3 failed"
+    [ "$want" != 112 ] || fail "glibc's usable size for malloc(100) is 112 too: cannot tell the allocators apart"
+  fi
+  got=$(env LD_PRELOAD="$LIB" "$@" python3 -c "$USABLE_PY") || fail "python3 under LD_PRELOAD failed"
+  [ "$got" = "$want" ] || fail "under LD_PRELOAD=$LIB $* malloc_usable_size(malloc(100)) = $got, expected $want"
 }
-
 case "$PROG" in
   python) need python3; check_effective; compare wl_python ;;
   python_json) need python3; compare wl_python_json ;;
@@ -205,9 +210,11 @@ case "$PROG" in
   git) need git; need sha256sum; compare wl_git ;;
   cxx)
     [ -x "$CXXW" ] || fail "cxx_workload binary missing: '$CXXW'"
+    check_effective
     compare wl_cxx ;;
   cxx_force_libc)
     [ -x "$CXXW" ] || fail "cxx_workload binary missing: '$CXXW'"
+    check_effective HAKMEM_FORCE_LIBC_ALLOC=1
     compare wl_cxx HAKMEM_FORCE_LIBC_ALLOC=1 ;;
   *) fail "unknown program '$PROG'" ;;
 esac

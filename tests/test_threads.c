@@ -7,6 +7,9 @@
  *                           malloc and free inside TSD destructors
  *   test_threads adopt      blocks of exited threads are freed elsewhere and
  *                           their memory reused (no unbounded growth)
+ *   test_threads many       200 threads alive at once freeing each other's blocks
+ *   test_threads exit_trim  an exited thread's blocks freed by main are given
+ *                           back to the OS by malloc_trim(0)
  * Iteration counts scale with HAKMEM_TEST_SCALE. */
 #define _GNU_SOURCE
 #include "test_common.h"
@@ -490,6 +493,46 @@ static int run_many(void) {
   return 0;
 }
 
+/* ------------------------------------------------------------------ */
+/* blocks of an exited thread, freed by main: malloc_trim(0) gives the
+ * memory back (glibc semantics: trim releases free memory of all arenas) */
+#define XT_MID 8000
+#define XT_SMALL 100000
+static void *xt_blocks[XT_MID + XT_SMALL];
+static size_t xt_size(int i) { return i < XT_MID ? 30000 : (size_t)(i % 1000) + 16; }
+static void *xt_thread(void *arg) {
+  (void)arg;
+  for (int i = 0; i < XT_MID + XT_SMALL; i++) {
+    xt_blocks[i] = malloc(xt_size(i));
+    if (!xt_blocks[i]) FAILF("exit_trim: malloc failed");
+    memset(xt_blocks[i], (int)(i & 0x7F), xt_size(i));
+  }
+  return NULL;
+}
+static int run_exit_trim(void) {
+  malloc_trim(0);
+  size_t base = tc_rss_bytes();
+  pthread_t t;
+  if (pthread_create(&t, NULL, xt_thread, NULL)) FAILF("pthread_create");
+  pthread_join(t, NULL);
+  size_t live = tc_rss_bytes();
+  for (int i = 0; i < XT_MID + XT_SMALL; i++) {
+    if (((unsigned char *)xt_blocks[i])[xt_size(i) - 1] != (unsigned char)(i & 0x7F))
+      FAILF("exit_trim: block %d corrupted", i);
+    free(xt_blocks[i]);
+  }
+  malloc_trim(0);
+  size_t after = tc_rss_bytes();
+  struct hak_os_stats st;
+  hak_os_stats_get(&st);
+  printf("exit_trim: RSS base %zu MiB, live %zu MiB, after free by main + malloc_trim(0) %zu MiB (committed %zu MiB)\n",
+         base / MiB, live / MiB, after / MiB, st.committed_bytes / MiB);
+  CHECK(after <= base + 64 * MiB,
+        "an exited thread's %zu MiB, freed by another thread, is still resident after malloc_trim(0): RSS %zu MiB"
+        " (base %zu MiB)", (live - base) / MiB, after / MiB, base / MiB);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "";
   static char name[64];
@@ -500,6 +543,7 @@ int main(int argc, char **argv) {
   if (!strcmp(which, "tsd")) return run_tsd();
   if (!strcmp(which, "adopt")) return run_adopt();
   if (!strcmp(which, "many")) return run_many();
-  fprintf(stderr, "usage: %s prodcons|churn|tsd|adopt|many\n", argv[0]);
+  if (!strcmp(which, "exit_trim")) return run_exit_trim();
+  fprintf(stderr, "usage: %s prodcons|churn|tsd|adopt|many|exit_trim\n", argv[0]);
   return 2;
 }
