@@ -159,7 +159,8 @@ int hak_malloc_trim(size_t pad) {
     return libc_trim != NULL ? libc_trim(pad) : 0;
   }
   (void)pad;
-  /* Unmaps cached empty SuperSlabs; purging inside live ones comes with the
-   * purge policy (large-lane issue). */
+  /* Unmaps empty SuperSlabs, exited threads' included; purging inside live
+   * ones comes with the purge policy (large-lane issue). */
+  hm_heap_reclaim_abandoned();
   return hm_backend_release_cached() != 0;
 }

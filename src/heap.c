@@ -499,6 +499,35 @@ void hm_heap_thread_exit(heap_t *h) {
   pthread_mutex_unlock(&heap_lock);
 }
 
+/* Collect the remote frees of every abandoned SuperSlab and give the ones
+ * that became empty to the backend (malloc_trim). heap_lock keeps adopters
+ * away; other threads only push on remote lists meanwhile. */
+void hm_heap_reclaim_abandoned(void) {
+  pthread_mutex_lock(&heap_lock);
+  for (unsigned k = 0; k < NUM_KINDS; k++) {
+    superslab_t **link = &abandoned[k], *ss;
+    while ((ss = *link) != NULL) {
+      for (unsigned i = 0; i < ss->nslabs; i++) {
+        slab_t *s = &ss->slabs[i];
+        if (ss->free_mask & (1u << i)) continue;
+        slab_collect_remote(s);
+        hm_check_slab(s);
+        if (s->used == 0) {
+          s->in_use = SLAB_UNUSED;
+          ss->free_mask |= 1u << i;
+        }
+      }
+      if (ss->free_mask == ss_all_mask(ss)) {
+        *link = ss->next;
+        hm_backend_ss_free(ss);
+      } else {
+        link = &ss->next;
+      }
+    }
+  }
+  pthread_mutex_unlock(&heap_lock);
+}
+
 /* fork: no thread may hold the lock while the child is created. The child
  * keeps the other threads' heaps as they were (they may have been mid-way
  * through an update); their blocks stay valid and freeing them works. */

@@ -147,6 +147,7 @@ HM_HIDDEN void *hm_alloc_class(unsigned cls);
 HM_HIDDEN void hm_free_local_slow(heap_t *h, slab_t *s);
 HM_HIDDEN void hm_free_remote(superslab_t *ss, slab_t *s, block_t *b);
 HM_HIDDEN void hm_heap_thread_exit(heap_t *h);
+HM_HIDDEN void hm_heap_reclaim_abandoned(void);
 HM_HIDDEN void hm_heap_fork_prepare(void);
 HM_HIDDEN void hm_heap_fork_parent(void);
 HM_HIDDEN void hm_heap_fork_child(void);
