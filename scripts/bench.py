@@ -270,7 +270,7 @@ def run_once(cmd, env_add, timeout):
     res = {"wall": wall, "maxrss_kb": rusage.ru_maxrss if rusage else None,
            "stdout_tail": stdout[-2000:], "stderr_tail": stderr[-1000:]}
     if timed_out:
-        res.update(ok=False, error="timeout after %.0fs" % timeout)
+        res.update(ok=False, error="timeout after %gs" % timeout)
         return res
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -424,8 +424,6 @@ def print_tables(results, bench_names, alloc_names):
 
     soak = results.get("soak")
     if soak:
-        log("")
-        log("soak: drift from 20% into the run to the end, and RSS / live bytes")
         rows = []
         for a in alloc_names:
             s = soak.get(a)
@@ -439,6 +437,8 @@ def print_tables(results, bench_names, alloc_names):
                          "%.1f" % e.get("live_end_mb", float("nan")),
                          "%.1f" % e.get("rss_after_free_mb", float("nan"))])
         if rows:
+            log("")
+            log("soak: drift from 20% into the run to the end, and RSS / live bytes")
             table(["allocator", "rss_drift%", "ops_drift%", "rss/live", "rss_end_MB", "live_end_MB",
                    "rss_after_free_MB"], rows)
 
