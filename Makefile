@@ -1,9 +1,11 @@
-# Thin wrapper over CMake: `make`, `make test`, `make debug`, `make bench`.
+# Thin wrapper over CMake: `make`, `make test`, `make debug`, `make bench`,
+# `make install PREFIX=/usr/local`.
 BUILD ?= build
 JOBS  ?= $(shell nproc)
+PREFIX ?= /usr/local
 GEN   := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all build test debug debug-test bench bench-quick bench-instr clean
+.PHONY: all build test install debug debug-test bench bench-quick bench-instr clean
 
 all: build
 
@@ -16,6 +18,10 @@ build: $(BUILD)/.configured
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# Header, libraries, pkg-config file, CMake package and the `hakmem` launcher.
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # Internal invariant checks on; a separate tree so release objects stay intact.
 debug:
