@@ -491,9 +491,7 @@ def write_markdown(path, data):
         """One row per benchmark, one column per allocator; cell(stats or None)."""
         out.extend([title, "", "| benchmark | " + " | ".join(allocs) + " |", "|---|" + "---:|" * len(allocs)])
         for b in benches:
-            cells = [cell(results.get(b, {}).get(a)) for a in allocs]
-            out.append("| %s | %s |" % (b, " | ".join(cells)))
-        out.append("")
+            out.append("| %s | %s |" % (b, " | ".join(cell(results.get(b, {}).get(a)) for a in allocs)))
 
     def median_cell(s):
         if not s:
@@ -512,124 +510,12 @@ def write_markdown(path, data):
 
     table("Median ops/s, k = thousand, M = million (ratio to %s's median; higher is better). "
           "FAIL = crashed or timed out." % BASELINE, median_cell)
+    out.append("")
     table("Coefficient of variation of ops/s over the runs (%):", number_cell("cv_pct"))
+    out.append("")
     table("Peak RSS in MiB (ru_maxrss, largest over the runs):", number_cell("peak_rss_mb"))
+    out.append("")
     table("System calls in one `strace -f -c` run (mmap / munmap / madvise / mremap / brk):", syscall_cell)
-    soak = results.get("soak")
-    if soak:
-        rows = []
-        for a in alloc_names:
-            s = soak.get(a)
-            if not s or "extra" not in s:
-                continue
-            e = s["extra"]
-            rows.append([a, "%+.1f" % e.get("rss_drift_pct", float("nan")),
-                         "%+.1f" % e.get("ops_drift_pct", float("nan")),
-                         "%.2f" % e.get("rss_live_ratio", float("nan")),
-                         "%.1f" % e.get("rss_end_mb", float("nan")),
-                         "%.1f" % e.get("live_end_mb", float("nan")),
-                         "%.1f" % e.get("rss_after_free_mb", float("nan"))])
-        if rows:
-            log("")
-            log("soak: drift from 20% into the run to the end, and RSS / live bytes")
-            table(["allocator", "rss_drift%", "ops_drift%", "rss/live", "rss_end_MB", "live_end_MB",
-                   "rss_after_free_MB"], rows)
-
-    failures = [(b, a, s) for b in bench_names for a, s in results.get(b, {}).items() if s["status"] != "ok"]
-    if failures:
-        log("")
-        log("Failures:")
-        for b, a, s in failures:
-            log("  %s / %s: %d of %d runs failed: %s" % (b, a, s["runs"] - s["ok_runs"], s["runs"],
-                                                      "; ".join(s["errors"])))
-            if s.get("cmd"):
-                log("    reproduce: %s" % s["cmd"])
-
-
-def write_csv(path, results, bench_names, alloc_names):
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["benchmark", "allocator", "status", "runs", "ok_runs", "median_ops_s", "min_ops_s",
-                    "max_ops_s", "cv_pct", "ratio_vs_" + BASELINE, "peak_rss_mb"] + STRACE_SYSCALLS +
-                   ["rss_drift_pct", "ops_drift_pct", "rss_live_ratio"])
-        for b in bench_names:
-            for a in alloc_names:
-                s = results.get(b, {}).get(a)
-                if not s:
-                    continue
-                sc = s.get("syscalls") or {}
-                e = s.get("extra", {})
-
-                def g(k, fmt="%.0f"):
-                    return fmt % s[k] if s.get(k) is not None else ""
-                w.writerow([b, a, s["status"], s["runs"], s["ok_runs"], g("median"), g("min"), g("max"),
-                            g("cv_pct", "%.2f"), g("ratio", "%.4f"), g("peak_rss_mb", "%.1f")] +
-                           [sc.get(k, "") for k in STRACE_SYSCALLS] +
-                           ["%.2f" % e[k] if k in e else "" for k in ("rss_drift_pct", "ops_drift_pct",
-                                                                     "rss_live_ratio")])
-
-
-def write_markdown(path, data):
-    """The results as Markdown tables (for docs/BENCHMARKS.md)."""
-    results, benches, allocs = data["results"], data["benchmarks"], data["allocators"]
-    m = data.get("machine", {})
-    out = []
-    out.append("Run: %s, %s mode, %s runs per allocator (interleaved), commit %s, %s, %s cores, Linux %s, "
-               "1-min load average %s at the start and %s at the end."
-               % (data.get("date", "?"), data.get("mode", "?"), data.get("runs", "?"), data.get("git_commit", "?"),
-                  m.get("cpu", "?"), m.get("nproc", "?"), m.get("kernel", "?"),
-                  m.get("loadavg_1min_start", "?"), m.get("loadavg_1min_end", "?")))
-    out.append("")
-    out.append("Median ops/s, k = thousand, M = million (ratio to %s's median; higher is better). "
-               "FAIL = crashed or timed out." % BASELINE)
-    out.append("")
-    out.append("| benchmark | " + " | ".join(allocs) + " |")
-    out.append("|---|" + "---:|" * len(allocs))
-    for b in benches:
-        cells = []
-        for a in allocs:
-            s = results.get(b, {}).get(a)
-            if not s:
-                cells.append("-")
-            elif s["status"] != "ok":
-                cells.append("FAIL")
-            else:
-                r = s.get("ratio")
-                cells.append("%s (%s)" % (fmt_ops(s["median"]), "%.2fx" % r if r is not None else "-"))
-        out.append("| %s | %s |" % (b, " | ".join(cells)))
-    out.append("")
-    out.append("Coefficient of variation of ops/s over the runs (%):")
-    out.append("")
-    out.append("| benchmark | " + " | ".join(allocs) + " |")
-    out.append("|---|" + "---:|" * len(allocs))
-    for b in benches:
-        cells = []
-        for a in allocs:
-            s = results.get(b, {}).get(a)
-            cells.append("%.1f" % s["cv_pct"] if s and s.get("cv_pct") is not None else "-")
-        out.append("| %s | %s |" % (b, " | ".join(cells)))
-    out.append("")
-    out.append("Peak RSS in MiB (ru_maxrss, largest over the runs):")
-    out.append("")
-    out.append("| benchmark | " + " | ".join(allocs) + " |")
-    out.append("|---|" + "---:|" * len(allocs))
-    for b in benches:
-        cells = []
-        for a in allocs:
-            s = results.get(b, {}).get(a)
-            cells.append("%.1f" % s["peak_rss_mb"] if s and s.get("peak_rss_mb") is not None else "-")
-        out.append("| %s | %s |" % (b, " | ".join(cells)))
-    out.append("")
-    out.append("System calls in one `strace -f -c` run (mmap / munmap / madvise / mremap / brk):")
-    out.append("")
-    out.append("| benchmark | " + " | ".join(allocs) + " |")
-    out.append("|---|" + "---:|" * len(allocs))
-    for b in benches:
-        cells = []
-        for a in allocs:
-            sc = (results.get(b, {}).get(a) or {}).get("syscalls")
-            cells.append(" / ".join(str(sc.get(k, "-")) for k in STRACE_SYSCALLS) if sc else "-")
-        out.append("| %s | %s |" % (b, " | ".join(cells)))
     soak = results.get("soak")
     if soak:
         out.append("")
