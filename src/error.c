@@ -5,10 +5,10 @@
 
 #include "internal.h"
 
-void hm_write_str(const char *s) {
+void hm_write_fd(int fd, const char *s) {
   size_t n = strlen(s);
   while (n > 0) {
-    ssize_t w = write(2, s, n);
+    ssize_t w = write(fd, s, n);
     if (w <= 0) {
       if (w < 0 && errno == EINTR) continue;
       return;
@@ -16,6 +16,22 @@ void hm_write_str(const char *s) {
     s += w;
     n -= (size_t)w;
   }
+}
+
+void hm_write_str(const char *s) { hm_write_fd(2, s); }
+
+/* Decimal text of v; out holds at least 21 characters. */
+void hm_format_dec(char *out, long v) {
+  char tmp[24];
+  int n = 0;
+  unsigned long u = v < 0 ? 0ul - (unsigned long)v : (unsigned long)v;
+  do {
+    tmp[n++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u != 0);
+  if (v < 0) *out++ = '-';
+  while (n > 0) *out++ = tmp[--n];
+  *out = '\0';
 }
 
 static void format_hex(char *out, uintptr_t v) {

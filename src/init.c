@@ -12,17 +12,6 @@
 int hm_force_libc;
 _Atomic int hm_init_state;
 
-/* A boolean option: unset or empty gives def; a bad value warns once. */
-static int option_bool(const char *name, int def) {
-  const char *v = getenv(name);
-  if (v == NULL || *v == '\0') return def;
-  if ((v[0] == '0' || v[0] == '1') && v[1] == '\0') return v[0] == '1';
-  hm_write_str("hakmem: warning: ");
-  hm_write_str(name);
-  hm_write_str(" must be 0 or 1; using the default\n");
-  return def;
-}
-
 static void fork_prepare(void) {
   hm_heap_fork_prepare();
   hm_backend_fork_prepare();
@@ -39,7 +28,8 @@ static void fork_child(void) {
 void hm_init_slow(void) {
   int expected = 0;
   if (atomic_compare_exchange_strong(&hm_init_state, &expected, 1)) {
-    hm_force_libc = option_bool("HAKMEM_FORCE_LIBC_ALLOC", 0);
+    hm_options_init();
+    hm_force_libc = (int)hm_opt[HM_OPT_FORCE_LIBC_ALLOC];
     hm_heap_process_init();
     atomic_store_explicit(&hm_init_state, 2, memory_order_release);
     pthread_atfork(fork_prepare, fork_parent, fork_child);

@@ -126,6 +126,18 @@ extern HM_HIDDEN slab_t hm_empty_slab;
 extern HM_HIDDEN __thread heap_t *hm_tls_heap __attribute__((tls_model("initial-exec")));
 
 /* ---- process state and options ----------------------------------------- */
+/* Options (options.def): hm_opt[HM_OPT_NAME] holds the value of HAKMEM_NAME,
+ * set once by hm_options_init before the allocator is ready. */
+enum {
+#define HM_OPTION(NAME, TYPE, DEF, MIN, MAX, CHOICES, MEANING) HM_OPT_##NAME,
+#include "options.def"
+#undef HM_OPTION
+  HM_OPT_COUNT
+};
+extern HM_HIDDEN long hm_opt[HM_OPT_COUNT];
+HM_HIDDEN void hm_options_init(void);
+HM_HIDDEN int hm_option_is_set(int id);
+HM_HIDDEN void hm_options_write(int fd);
 extern HM_HIDDEN int hm_force_libc;    /* HAKMEM_FORCE_LIBC_ALLOC=1 */
 extern HM_HIDDEN _Atomic int hm_init_state; /* 0 none, 1 running, 2 done */
 HM_HIDDEN void hm_init_slow(void);
@@ -168,6 +180,8 @@ HM_HIDDEN size_t hm_large_usable(const void *p);
 /* error.c */
 HM_HIDDEN HM_NORETURN void hm_fatal(const char *what, const void *p, const char *reason);
 HM_HIDDEN void hm_write_str(const char *s);
+HM_HIDDEN void hm_write_fd(int fd, const char *s);
+HM_HIDDEN void hm_format_dec(char *out, long v);
 /* alloc.c */
 HM_HIDDEN void hm_free_slow(void *p);
 

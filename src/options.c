@@ -1,0 +1,136 @@
+/* HAKMEM_* options: read once at start-up from the environment (getenv does
+ * not allocate), each checked against its row in options.def. A bad value
+ * prints one warning line and keeps the default. */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+enum { T_BOOL, T_INT, T_CHOICE };
+
+struct option_row {
+  const char *name;
+  int type;
+  long def, min, max;
+  const char *choices;
+  const char *meaning;
+};
+
+static const struct option_row rows[HM_OPT_COUNT] = {
+#define HM_OPTION(NAME, TYPE, DEF, MIN, MAX, CHOICES, MEANING) \
+  {"HAKMEM_" #NAME, T_##TYPE, DEF, MIN, MAX, CHOICES, MEANING},
+#include "options.def"
+#undef HM_OPTION
+};
+
+long hm_opt[HM_OPT_COUNT] = {
+#define HM_OPTION(NAME, TYPE, DEF, MIN, MAX, CHOICES, MEANING) DEF,
+#include "options.def"
+#undef HM_OPTION
+};
+
+static unsigned char opt_set[HM_OPT_COUNT]; /* given in the environment */
+
+/* Index of v among the '|'-separated choices, or -1. */
+static long choice_index(const char *choices, const char *v) {
+  long i = 0;
+  const char *c = choices;
+  while (*c != '\0') {
+    size_t len = 0;
+    while (c[len] != '\0' && c[len] != '|') len++;
+    if (strlen(v) == len && strncmp(c, v, len) == 0) return i;
+    c += len;
+    if (*c == '|') c++;
+    i++;
+  }
+  return -1;
+}
+
+/* The choice text of index i (into buf, at most cap-1 characters). */
+static const char *choice_name(const char *choices, long i, char *buf, size_t cap) {
+  const char *c = choices;
+  for (; i > 0 && *c != '\0'; c++)
+    if (*c == '|') i--;
+  size_t len = 0;
+  while (c[len] != '\0' && c[len] != '|' && len + 1 < cap) len++;
+  memcpy(buf, c, len);
+  buf[len] = '\0';
+  return buf;
+}
+
+static int parse_long(const char *v, long *out) {
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0') return 0;
+  *out = x;
+  return 1;
+}
+
+static void warn_bad(const struct option_row *r, const char *v) {
+  char lo[24], hi[24];
+  hm_write_str("hakmem: warning: ignoring ");
+  hm_write_str(r->name);
+  hm_write_str("=");
+  hm_write_str(v);
+  if (r->type == T_BOOL) {
+    hm_write_str(" (must be 0 or 1)");
+  } else if (r->type == T_INT) {
+    hm_format_dec(lo, r->min);
+    hm_format_dec(hi, r->max);
+    hm_write_str(" (must be an integer from ");
+    hm_write_str(lo);
+    hm_write_str(" to ");
+    hm_write_str(hi);
+    hm_write_str(")");
+  } else {
+    hm_write_str(" (must be one of ");
+    hm_write_str(r->choices);
+    hm_write_str(")");
+  }
+  hm_write_str("; using the default\n");
+}
+
+void hm_options_init(void) {
+  for (int i = 0; i < HM_OPT_COUNT; i++) {
+    const struct option_row *r = &rows[i];
+    const char *v = getenv(r->name);
+    if (v == NULL || *v == '\0') continue;
+    long x;
+    int ok;
+    if (r->type == T_CHOICE) {
+      x = choice_index(r->choices, v);
+      ok = x >= 0;
+    } else {
+      ok = parse_long(v, &x) && x >= r->min && x <= r->max;
+    }
+    if (!ok) {
+      warn_bad(r, v);
+      continue;
+    }
+    hm_opt[i] = x;
+    opt_set[i] = 1;
+  }
+}
+
+int hm_option_is_set(int id) { return opt_set[id]; }
+
+static void value_text(const struct option_row *r, long v, char *buf, size_t cap) {
+  if (r->type == T_CHOICE)
+    choice_name(r->choices, v, buf, cap);
+  else
+    hm_format_dec(buf, v);
+}
+
+/* One line per option: name, default, current value, meaning; tab-separated
+ * so that scripts (the README generator, `hakmem options`) can cut it. */
+void hm_options_write(int fd) {
+  char def[48], cur[48];
+  for (int i = 0; i < HM_OPT_COUNT; i++) {
+    const struct option_row *r = &rows[i];
+    value_text(r, r->def, def, sizeof def);
+    value_text(r, hm_opt[i], cur, sizeof cur);
+    const char *parts[] = {r->name, "\t", def, "\t", cur, "\t", r->meaning, "\n"};
+    for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) hm_write_fd(fd, parts[k]);
+  }
+}
