@@ -71,6 +71,27 @@ void hm_os_unmap(void *p, size_t len) {
   atomic_fetch_sub_explicit(&committed, len, memory_order_relaxed);
 }
 
+/* Give the pages of [p, p+len) back to the OS, keeping the mapping (the
+ * range reads as zeros afterwards). Returns 0, or -1 if the OS refused. */
+int hm_os_purge(void *p, size_t len) {
+  if (len == 0) return 0;
+  if (madvise(p, len, MADV_DONTNEED) != 0) return -1;
+  atomic_fetch_add_explicit(&n_madvise, 1, memory_order_relaxed);
+  return 0;
+}
+
+/* Resize a mapping, moving it if may_move; NULL if the OS refused. */
+void *hm_os_remap(void *p, size_t old_len, size_t new_len, bool may_move) {
+  void *q = mremap(p, old_len, new_len, may_move ? MREMAP_MAYMOVE : 0);
+  if (q == MAP_FAILED) return NULL;
+  atomic_fetch_add_explicit(&n_mremap, 1, memory_order_relaxed);
+  if (new_len >= old_len)
+    atomic_fetch_add_explicit(&committed, new_len - old_len, memory_order_relaxed);
+  else
+    atomic_fetch_sub_explicit(&committed, old_len - new_len, memory_order_relaxed);
+  return q;
+}
+
 /* Map len bytes aligned to SS_SIZE: over-map and trim both ends. */
 static void *os_map_aligned(size_t len) {
   char *raw = os_map_retry(len + SS_SIZE, true);

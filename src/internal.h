@@ -145,6 +145,14 @@ HM_INLINE void hm_ensure_init(void) {
   if (unlikely(atomic_load_explicit(&hm_init_state, memory_order_acquire) != 2)) hm_init_slow();
 }
 
+/* Monotonic time in ns; the coarse clock is read from the vDSO, no syscall. */
+#include <time.h>
+HM_INLINE uint64_t hm_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* ---- functions shared between files ------------------------------------ */
 /* glibc's allocator, for HAKMEM_FORCE_LIBC_ALLOC=1 */
 extern void *__libc_malloc(size_t);
@@ -169,6 +177,8 @@ HM_HIDDEN void hm_backend_ss_free(superslab_t *ss);
 HM_HIDDEN size_t hm_backend_release_cached(void);
 HM_HIDDEN void *hm_os_map(size_t len);
 HM_HIDDEN void hm_os_unmap(void *p, size_t len);
+HM_HIDDEN int hm_os_purge(void *p, size_t len);
+HM_HIDDEN void *hm_os_remap(void *p, size_t old_len, size_t new_len, bool may_move);
 HM_HIDDEN void hm_backend_fork_prepare(void);
 HM_HIDDEN void hm_backend_fork_parent(void);
 HM_HIDDEN void hm_backend_fork_child(void);
@@ -177,6 +187,9 @@ HM_HIDDEN void *hm_meta_alloc(size_t size);
 HM_HIDDEN void *hm_large_alloc(size_t n, size_t align);
 HM_HIDDEN void hm_large_free(void *p);
 HM_HIDDEN size_t hm_large_usable(const void *p);
+/* Give back the large lane's cached spans idle for at least min_idle_ns
+ * (0: all of them); returns the bytes given back. */
+HM_HIDDEN size_t hm_large_release(uint64_t min_idle_ns);
 /* error.c */
 HM_HIDDEN HM_NORETURN void hm_fatal(const char *what, const void *p, const char *reason);
 HM_HIDDEN void hm_write_str(const char *s);
