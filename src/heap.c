@@ -24,7 +24,8 @@ enum { SLAB_UNUSED = 0, SLAB_ACTIVE = 1, SLAB_LISTED = 2 };
 static const uint8_t kind_shift[NUM_KINDS] = {16, 19, 21}; /* 64 KiB, 512 KiB, 2 MiB */
 
 slab_t hm_empty_slab;
-heap_t hm_empty_heap = {.cur = {[0 ... NUM_CLASSES - 1] = &hm_empty_slab}};
+heap_t hm_empty_heap = {.direct = {[0 ... TINY_MAX / 16] = &hm_empty_slab},
+                         .cur = {[0 ... NUM_CLASSES - 1] = &hm_empty_slab}};
 __thread heap_t *hm_tls_heap __attribute__((tls_model("initial-exec"))) = &hm_empty_heap;
 
 static pthread_mutex_t heap_lock = PTHREAD_MUTEX_INITIALIZER; /* pool and abandoned lists */
@@ -32,20 +33,36 @@ static heap_t *heap_pool;                  /* heaps of exited threads, for reuse
 static superslab_t *abandoned[NUM_KINDS];  /* SuperSlabs of exited threads */
 static pthread_key_t heap_key;             /* its destructor runs at thread exit */
 
+/* Make s the current slab of class c, in cur[] and, for a tiny class, in
+ * every direct[] granule of that class. */
+static void heap_set_cur(heap_t *h, unsigned c, slab_t *s) {
+  h->cur[c] = s;
+  if (hm_class_size[c] > TINY_MAX) return;
+  for (unsigned g = hm_class_size[c] / 16; hm_tiny_class[g] == c; g--) {
+    h->direct[g] = s;
+    if (g == 0) break;
+  }
+}
+
 /* ---- lists ------------------------------------------------------------- */
 
+/* avail is FIFO: a slab goes to the back, so by the time it is taken again
+ * it has gathered frees. (A slab put back at the front after its first
+ * free would hand out one block and be switched away from at once.) */
 static void avail_push(heap_t *h, slab_t *s) {
   s->in_use = SLAB_LISTED;
-  s->prev = NULL;
-  s->next = h->avail[s->cls];
-  if (s->next != NULL) s->next->prev = s;
-  h->avail[s->cls] = s;
+  s->next = NULL;
+  s->prev = h->avail_tail[s->cls];
+  if (s->prev != NULL) s->prev->next = s;
+  else h->avail[s->cls] = s;
+  h->avail_tail[s->cls] = s;
 }
 
 static void avail_unlink(heap_t *h, slab_t *s) {
   if (s->prev != NULL) s->prev->next = s->next;
   else h->avail[s->cls] = s->next;
   if (s->next != NULL) s->next->prev = s->prev;
+  else h->avail_tail[s->cls] = s->prev;
   s->next = s->prev = NULL;
   s->in_use = SLAB_ACTIVE;
 }
@@ -108,6 +125,10 @@ void hm_check_slab(const slab_t *s) {
   HM_ASSERT(s->block_size == hm_class_size[s->cls]);
   HM_ASSERT(s->carved <= s->capacity);
   /* blocks on the remote list still count as used */
+  if (s->flags & SLAB_FULL) {
+    HM_ASSERT(s->used == 1 && s->carved == s->capacity && s->free == NULL && s->local_free == NULL);
+    return;
+  }
   HM_ASSERT(s->carved == s->used + check_list(s, s->free) + check_list(s, s->local_free));
 }
 #endif
@@ -131,7 +152,6 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
   s->block_size = hm_class_size[cls];
   s->capacity = (uint16_t)(bytes / s->block_size);
   s->carved = 0;
-  s->flags = 0;
   s->cls = (uint8_t)cls;
   s->in_use = SLAB_ACTIVE;
   s->start = start;
@@ -147,7 +167,7 @@ static bool slab_release(heap_t *h, slab_t *s) {
   hm_check_slab(s);
   if (s->in_use == SLAB_LISTED) avail_unlink(h, s);
   s->in_use = SLAB_UNUSED;
-  s->flags = 0;
+  HM_ASSERT(!(s->flags & SLAB_FULL));
   atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
   bool had_none = ss->free_mask == 0;
   ss->free_mask |= 1u << s->index;
@@ -217,8 +237,18 @@ static bool slab_refill(slab_t *s) {
 static bool slab_try_mark_full(slab_t *s) {
   uintptr_t expected = 0;
   if (!atomic_compare_exchange_strong(&s->remote, &expected, REMOTE_NOTIFY)) return false;
+  HM_ASSERT(s->used == s->capacity);
   s->flags |= SLAB_FULL;
+  s->used = 1;
   return true;
+}
+
+/* Leave the FULL state; local_frees: blocks the owner freed since (whose
+ * decrements of used the FULL bias absorbed). */
+static void slab_unfull(slab_t *s, uint32_t local_frees) {
+  if (!(s->flags & SLAB_FULL)) return;
+  s->flags = 0;
+  s->used = s->capacity - local_frees;
 }
 
 /* ---- SuperSlabs --------------------------------------------------------- */
@@ -242,7 +272,7 @@ static void ss_setup(heap_t *h, superslab_t *ss, unsigned kind) {
  * for heap h: collect remote frees, then release it, list it or mark it
  * full. Returns true when the SuperSlab went back to the backend. */
 static bool adopt_slab(heap_t *h, slab_t *s) {
-  s->flags = 0;
+  slab_unfull(s, 0);
   s->in_use = SLAB_ACTIVE;
   s->next = s->prev = NULL;
   for (;;) {
@@ -318,7 +348,7 @@ static void heap_process_pending(heap_t *h) {
       bits &= bits - 1;
       slab_t *s = &ss->slabs[i];
       if (s->in_use == SLAB_UNUSED || !(s->flags & SLAB_FULL)) continue;
-      s->flags = 0;
+      slab_unfull(s, 0);
       slab_collect_remote(s);
       if (s->used == 0) {
         if (slab_release(h, s)) break;
@@ -362,7 +392,7 @@ static void *heap_alloc(heap_t *h, unsigned c) {
         return b;
       }
       if (!slab_try_mark_full(s)) continue;
-      h->cur[c] = &hm_empty_slab;
+      heap_set_cur(h, c, &hm_empty_slab);
     }
     if (atomic_load_explicit(&h->pending_hint, memory_order_relaxed)) heap_process_pending(h);
     s = h->avail[c];
@@ -375,7 +405,7 @@ static void *heap_alloc(heap_t *h, unsigned c) {
         return NULL;
       }
     }
-    h->cur[c] = s;
+    heap_set_cur(h, c, s);
   }
 }
 
@@ -390,8 +420,8 @@ void hm_heap_process_init(void) { pthread_key_create(&heap_key, heap_key_destruc
 
 static void heap_reset(heap_t *h) {
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
-    h->cur[c] = &hm_empty_slab;
-    h->avail[c] = NULL;
+    heap_set_cur(h, c, &hm_empty_slab);
+    h->avail[c] = h->avail_tail[c] = NULL;
   }
   for (unsigned k = 0; k < NUM_KINDS; k++) h->partial[k] = NULL;
   h->all = NULL;
@@ -442,7 +472,7 @@ void *hm_alloc_class(unsigned c) {
 void hm_free_local_slow(heap_t *h, slab_t *s) {
   if (s->flags & SLAB_FULL) {
     atomic_fetch_and_explicit(&s->remote, ~REMOTE_NOTIFY, memory_order_relaxed);
-    s->flags = 0;
+    slab_unfull(s, 1);
     avail_push(h, s);
   }
   if (s->used == 0 && h->cur[s->cls] != s) slab_release(h, s);
@@ -465,7 +495,7 @@ void hm_free_remote(superslab_t *ss, slab_t *s, block_t *b) {
  * abandoned SuperSlabs can still be freed from any thread (remote path). */
 void hm_heap_thread_exit(heap_t *h) {
   hm_tls_heap = &hm_empty_heap;
-  for (unsigned c = 0; c < NUM_CLASSES; c++) h->cur[c] = &hm_empty_slab;
+  for (unsigned c = 0; c < NUM_CLASSES; c++) heap_set_cur(h, c, &hm_empty_slab);
   superslab_t *next;
   for (superslab_t *ss = h->all; ss != NULL; ss = next) {
     next = ss->all_next;
@@ -473,8 +503,8 @@ void hm_heap_thread_exit(heap_t *h) {
     for (unsigned i = 0; i < ss->nslabs && !gone; i++) {
       slab_t *s = &ss->slabs[i];
       if (s->in_use == SLAB_UNUSED) continue;
+      slab_unfull(s, 0);
       slab_collect_remote(s); /* also clears the notify bit */
-      s->flags = 0;
       if (s->used == 0) gone = slab_release(h, s);
     }
     if (gone) continue;

@@ -68,7 +68,11 @@ typedef struct block { struct block *next; } block_t;
 
 struct heap;
 
-#define SLAB_FULL 1u       /* owner found no free block; a remote free must notify */
+/* slab->flags: the owner found no free block; a remote free must notify.
+ * While FULL, used holds 1 instead of the capacity, so that the first local
+ * free brings it to 0 and takes the slow path (slab_unfull puts the true
+ * count back): free tests "emptied or FULL" with one decrement. */
+#define SLAB_FULL 1u
 #define REMOTE_NOTIFY ((uintptr_t)1)
 
 typedef struct slab {
@@ -89,6 +93,8 @@ typedef struct slab {
 _Static_assert(sizeof(slab_t) == 64, "slab descriptor is one cache line");
 
 typedef struct superslab {
+  /* First, so that a slab's descriptor is at ss + 64 * index. */
+  slab_t slabs[SS_MAX_SLABS];
   _Atomic(struct heap *) owner; /* NULL while abandoned or in the backend */
   uint8_t kind;
   uint8_t slab_shift;
@@ -98,10 +104,8 @@ typedef struct superslab {
   _Atomic uint64_t pending;     /* slabs whose FULL flag a remote free hit */
   struct superslab *next, *prev;         /* partial list / backend / abandoned */
   struct superslab *all_next, *all_prev; /* owner's list of all its SSs */
-  uint8_t pad_[8];
-  slab_t slabs[SS_MAX_SLABS];
 } superslab_t;
-_Static_assert(offsetof(superslab_t, slabs) == 64, "slabs start at a cache line");
+_Static_assert(offsetof(superslab_t, owner) % 64 == 0, "the SuperSlab's fields start a cache line");
 _Static_assert(sizeof(superslab_t) <= SS_HEADER_SIZE, "header fits its page");
 
 HM_INLINE superslab_t *hm_ss_of(const void *p) {
@@ -113,8 +117,12 @@ HM_INLINE slab_t *hm_slab_of(superslab_t *ss, const void *p) {
 
 /* ---- thread heaps ------------------------------------------------------ */
 typedef struct heap {
+  /* cur[] of the class of each 16-byte granule up to TINY_MAX: malloc of a
+   * tiny size indexes it directly, without the class lookup. */
+  slab_t *direct[TINY_MAX / 16 + 1];
   slab_t *cur[NUM_CLASSES];        /* slab serving allocations (never NULL) */
   slab_t *avail[NUM_CLASSES];      /* other slabs of the class with free blocks */
+  slab_t *avail_tail[NUM_CLASSES]; /* (FIFO: pushed at the tail) */
   superslab_t *partial[NUM_KINDS]; /* owned SSs with unused slabs */
   superslab_t *all;                /* every owned SS */
   _Atomic int pending_hint;        /* some owned SS has pending notifications */
@@ -212,21 +220,32 @@ HM_HIDDEN void hm_check_block(const slab_t *s, const void *p);
 
 /* ---- fast paths -------------------------------------------------------- */
 
+/* Pop a block of s; when its free list is empty, take the owner's frees
+ * (local_free) as the new free list right here, the commonest refill; the
+ * slow path does the rest. */
+HM_INLINE void *hm_slab_pop(slab_t *s, size_t n) {
+  block_t *b = s->free;
+  if (unlikely(b == NULL)) {
+    b = s->local_free;
+    if (unlikely(b == NULL)) return hm_alloc_slow(n);
+    s->local_free = NULL;
+  }
+  hm_check_block(s, b);
+  s->free = b->next;
+  s->used++;
+  return b;
+}
+
 /* malloc for n <= SMALL_MAX: pop the current slab's free list. */
 HM_INLINE void *hm_malloc_small(size_t n) {
-  slab_t *s = hm_tls_heap->cur[hm_size_class(n)];
-  block_t *b = s->free;
-  if (likely(b != NULL)) {
-    hm_check_block(s, b);
-    s->free = b->next;
-    s->used++;
-    return b;
-  }
-  return hm_alloc_slow(n);
+  heap_t *h = hm_tls_heap;
+  if (likely(n <= TINY_MAX)) return hm_slab_pop(h->direct[(n + 15) >> 4], n);
+  return hm_slab_pop(h->cur[hm_size_class(n)], n);
 }
 
 HM_INLINE void *hm_malloc(size_t n) {
-  if (likely(n <= SMALL_MAX)) return hm_malloc_small(n);
+  if (likely(n <= TINY_MAX)) return hm_slab_pop(hm_tls_heap->direct[(n + 15) >> 4], n);
+  if (likely(n <= SMALL_MAX)) return hm_slab_pop(hm_tls_heap->cur[hm_size_class(n)], n);
   return hm_large_alloc(n, 0);
 }
 
@@ -235,17 +254,17 @@ HM_INLINE void *hm_malloc(size_t n) {
 HM_INLINE void hm_free(void *p) {
   if (likely(hm_reg_kind((uintptr_t)p) == REG_SS)) {
     superslab_t *ss = hm_ss_of(p);
-    slab_t *s = hm_slab_of(ss, p);
     heap_t *h = hm_tls_heap;
-    hm_check_block(s, p);
     if (likely(atomic_load_explicit(&ss->owner, memory_order_relaxed) == h)) {
+      slab_t *s = hm_slab_of(ss, p);
+      hm_check_block(s, p);
       block_t *b = (block_t *)p;
       b->next = s->local_free;
       s->local_free = b;
-      if (unlikely(--s->used == 0 || s->flags != 0)) hm_free_local_slow(h, s);
+      if (unlikely(--s->used == 0)) hm_free_local_slow(h, s); /* emptied, or FULL */
       return;
     }
-    hm_free_remote(ss, s, (block_t *)p);
+    hm_free_remote(ss, hm_slab_of(ss, p), (block_t *)p);
     return;
   }
   hm_free_slow(p);
