@@ -161,6 +161,7 @@ int hak_malloc_trim(size_t pad) {
   (void)pad;
   /* Unmaps empty SuperSlabs, exited threads' included; purging inside live
    * ones comes with the purge policy (large-lane issue). */
+  hm_heap_flush_foreign(hm_tls_heap);
   hm_heap_reclaim_abandoned();
   return hm_backend_release_cached() != 0;
 }

@@ -8,7 +8,8 @@
  * atomics. Other threads only push on slab->remote.
  *
  * Slab states (in_use): UNUSED; ACTIVE (the class's current slab, or FULL);
- * LISTED (on heap->avail[cls], has free blocks).
+ * LISTED (on heap->avail[cls], has free blocks); FOREIGN (a heap's pseudo
+ * slab of cached blocks from other threads' slabs, see hm_free_foreign).
  *
  * A FULL slab is on no list. To get it back when other threads free into
  * it, the owner marks it by setting bit 0 of its (empty) remote list; the
@@ -19,7 +20,7 @@
 
 #include "internal.h"
 
-enum { SLAB_UNUSED = 0, SLAB_ACTIVE = 1, SLAB_LISTED = 2 };
+enum { SLAB_UNUSED = 0, SLAB_ACTIVE = 1, SLAB_LISTED = 2, SLAB_FOREIGN = 3 };
 
 static const uint8_t kind_shift[NUM_KINDS] = {16, 19, 21}; /* 64 KiB, 512 KiB, 2 MiB */
 
@@ -104,6 +105,7 @@ static uint32_t ss_all_mask(const superslab_t *ss) {
 /* ---- invariant checks (make debug) ------------------------------------- */
 #ifdef HAKMEM_DEBUG
 void hm_check_block(const slab_t *s, const void *p) {
+  if (s->in_use == SLAB_FOREIGN) s = hm_slab_of(hm_ss_of(p), p);
   uintptr_t a = (uintptr_t)p, st = (uintptr_t)s->start;
   HM_ASSERT(s->in_use != SLAB_UNUSED);
   HM_ASSERT(a >= st && a < st + (uintptr_t)s->carved * s->block_size);
@@ -120,7 +122,7 @@ static uint32_t check_list(const slab_t *s, const block_t *b) {
 }
 
 void hm_check_slab(const slab_t *s) {
-  if (s == &hm_empty_slab) return;
+  if (s == &hm_empty_slab || s->in_use == SLAB_FOREIGN) return;
   HM_ASSERT(s->in_use != SLAB_UNUSED);
   HM_ASSERT(s->block_size == hm_class_size[s->cls]);
   HM_ASSERT(s->carved <= s->capacity);
@@ -153,6 +155,7 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
   s->capacity = (uint16_t)(bytes / s->block_size);
   s->carved = 0;
   s->cls = (uint8_t)cls;
+  ss->slab_cls[i] = (uint8_t)cls;
   s->in_use = SLAB_ACTIVE;
   s->start = start;
   s->next = s->prev = NULL;
@@ -380,10 +383,28 @@ static slab_t *heap_new_slab(heap_t *h, unsigned c) {
   }
 }
 
+/* Pop from the foreign cache of class c, making it the current slab. */
+static void *foreign_pop(heap_t *h, unsigned c) {
+  slab_t *f = &h->foreign[c];
+  if (f->free == NULL) {
+    f->free = f->local_free;
+    f->local_free = NULL;
+  }
+  block_t *b = f->free;
+  f->free = b->next;
+  f->used++;
+  heap_set_cur(h, c, f);
+  return b;
+}
+
 static void *heap_alloc(heap_t *h, unsigned c) {
   slab_t *s = h->cur[c];
   for (;;) {
-    if (s != &hm_empty_slab) {
+    if (s->in_use == SLAB_FOREIGN) {
+      /* the cache ran dry (the fast path saw both lists empty) */
+      if (s->free != NULL || s->local_free != NULL) return foreign_pop(h, c);
+      heap_set_cur(h, c, &hm_empty_slab);
+    } else if (s != &hm_empty_slab) {
       hm_check_slab(s);
       if (slab_refill(s)) {
         block_t *b = s->free;
@@ -395,6 +416,8 @@ static void *heap_alloc(heap_t *h, unsigned c) {
       heap_set_cur(h, c, &hm_empty_slab);
     }
     if (atomic_load_explicit(&h->pending_hint, memory_order_relaxed)) heap_process_pending(h);
+    /* Cached blocks of other threads first: they are memory in use already. */
+    if (h->foreign[c].local_free != NULL || h->foreign[c].free != NULL) return foreign_pop(h, c);
     s = h->avail[c];
     if (s != NULL) {
       avail_unlink(h, s);
@@ -418,7 +441,24 @@ static void heap_key_destructor(void *v) {
 
 void hm_heap_process_init(void) { pthread_key_create(&heap_key, heap_key_destructor); }
 
+/* Blocks a heap caches per class from other threads' slabs: a byte budget
+ * (HAKMEM_FOREIGN_CACHE_KB), at least 8 blocks unless the cache is off. */
+static uint32_t foreign_cap(unsigned c) {
+  if (hm_opt[HM_OPT_FOREIGN_CACHE_KB] == 0) return 0;
+  uint64_t n = ((uint64_t)hm_opt[HM_OPT_FOREIGN_CACHE_KB] << 10) / hm_class_size[c];
+  return n < 8 ? 8 : n > 65535 ? 65535 : (uint32_t)n;
+}
+
 static void heap_reset(heap_t *h) {
+  for (unsigned c = 0; c < NUM_CLASSES; c++) {
+    slab_t *f = &h->foreign[c];
+    memset(f, 0, sizeof *f);
+    f->in_use = SLAB_FOREIGN;
+    f->cls = (uint8_t)c;
+    f->block_size = hm_class_size[c];
+    f->capacity = (uint16_t)foreign_cap(c);
+    h->foreign_pushed[c] = 0;
+  }
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
     heap_set_cur(h, c, &hm_empty_slab);
     h->avail[c] = h->avail_tail[c] = NULL;
@@ -478,11 +518,13 @@ void hm_free_local_slow(heap_t *h, slab_t *s) {
   if (s->used == 0 && h->cur[s->cls] != s) slab_release(h, s);
 }
 
-void hm_free_remote(superslab_t *ss, slab_t *s, block_t *b) {
+/* Push the chain head..tail of blocks of slab s on its remote list; wake
+ * the owner if the slab is FULL. */
+static void remote_push(superslab_t *ss, slab_t *s, block_t *head, block_t *tail) {
   uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed);
   do {
-    b->next = (block_t *)(old & ~REMOTE_NOTIFY);
-  } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, (uintptr_t)b,
+    tail->next = (block_t *)(old & ~REMOTE_NOTIFY);
+  } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, (uintptr_t)head,
                                                   memory_order_release, memory_order_relaxed));
   if (unlikely(old & REMOTE_NOTIFY)) {
     atomic_fetch_or(&ss->pending, (uint64_t)1 << s->index);
@@ -491,9 +533,61 @@ void hm_free_remote(superslab_t *ss, slab_t *s, block_t *b) {
   }
 }
 
+/* Send a list of cached blocks back to their slabs: one atomic push per run
+ * of blocks of the same slab. Returns the number of blocks. */
+static uint32_t foreign_send_back(block_t *b) {
+  uint32_t n = 0;
+  while (b != NULL) {
+    superslab_t *ss = hm_ss_of(b);
+    slab_t *s = hm_slab_of(ss, b);
+    block_t *head = b, *tail = b;
+    n++;
+    for (b = b->next; b != NULL && hm_ss_of(b) == ss && hm_slab_of(ss, b) == s; b = b->next) {
+      tail = b;
+      n++;
+    }
+    remote_push(ss, s, head, tail);
+  }
+  return n;
+}
+
+/* free of a block of a slab this thread does not own: keep it in the
+ * heap's foreign cache; past the cache's budget, send the cached blocks
+ * not yet in use back to their owners. */
+void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
+  if (unlikely(h == &hm_empty_heap)) { /* a thread without a heap */
+    slab_t *s = hm_slab_of(ss, b);
+    remote_push(ss, s, b, b);
+    return;
+  }
+  unsigned c = ss->slab_cls[((uintptr_t)b & SS_MASK) >> ss->slab_shift];
+  slab_t *f = &h->foreign[c];
+  b->next = f->local_free;
+  f->local_free = b;
+  if (unlikely(++h->foreign_pushed[c] - f->used > f->capacity)) {
+    block_t *list = f->local_free;
+    f->local_free = NULL;
+    h->foreign_pushed[c] -= foreign_send_back(list);
+  }
+}
+
+/* Send every cached foreign block back (thread exit, malloc_trim). */
+void hm_heap_flush_foreign(heap_t *h) {
+  if (h == &hm_empty_heap) return;
+  for (unsigned c = 0; c < NUM_CLASSES; c++) {
+    slab_t *f = &h->foreign[c];
+    if (h->cur[c] == f) heap_set_cur(h, c, &hm_empty_slab);
+    foreign_send_back(f->free);
+    foreign_send_back(f->local_free);
+    f->free = f->local_free = NULL;
+    h->foreign_pushed[c] = f->used;
+  }
+}
+
 /* Thread exit: free what is free, leave the rest to be adopted. Blocks in
  * abandoned SuperSlabs can still be freed from any thread (remote path). */
 void hm_heap_thread_exit(heap_t *h) {
+  hm_heap_flush_foreign(h);
   hm_tls_heap = &hm_empty_heap;
   for (unsigned c = 0; c < NUM_CLASSES; c++) heap_set_cur(h, c, &hm_empty_slab);
   superslab_t *next;

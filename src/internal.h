@@ -104,6 +104,9 @@ typedef struct superslab {
   _Atomic uint64_t pending;     /* slabs whose FULL flag a remote free hit */
   struct superslab *next, *prev;         /* partial list / backend / abandoned */
   struct superslab *all_next, *all_prev; /* owner's list of all its SSs */
+  /* Each slab's class, read by other threads' frees: a line the owner
+   * rarely writes, unlike the slab descriptors. */
+  uint8_t slab_cls[SS_MAX_SLABS];
 } superslab_t;
 _Static_assert(offsetof(superslab_t, owner) % 64 == 0, "the SuperSlab's fields start a cache line");
 _Static_assert(sizeof(superslab_t) <= SS_HEADER_SIZE, "header fits its page");
@@ -124,6 +127,13 @@ typedef struct heap {
   slab_t *avail[NUM_CLASSES];      /* other slabs of the class with free blocks */
   slab_t *avail_tail[NUM_CLASSES]; /* (FIFO: pushed at the tail) */
   superslab_t *partial[NUM_KINDS]; /* owned SSs with unused slabs */
+  /* Blocks of other threads' slabs that this thread freed, per class, kept
+   * for its own mallocs instead of being sent back one atomic push at a time
+   * (heap.c, "foreign cache"). foreign[c] is a pseudo slab: frees push on its
+   * local_free, and it becomes cur[c] when the class's slab runs dry. The
+   * blocks still count as used in their own slabs. */
+  slab_t foreign[NUM_CLASSES];
+  uint32_t foreign_pushed[NUM_CLASSES]; /* minus foreign[c].used = blocks cached */
   superslab_t *all;                /* every owned SS */
   _Atomic int pending_hint;        /* some owned SS has pending notifications */
   struct heap *next_free;          /* heap pool */
@@ -173,7 +183,8 @@ HM_HIDDEN void hm_heap_process_init(void);
 HM_HIDDEN void *hm_alloc_slow(size_t n);
 HM_HIDDEN void *hm_alloc_class(unsigned cls);
 HM_HIDDEN void hm_free_local_slow(heap_t *h, slab_t *s);
-HM_HIDDEN void hm_free_remote(superslab_t *ss, slab_t *s, block_t *b);
+HM_HIDDEN void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b);
+HM_HIDDEN void hm_heap_flush_foreign(heap_t *h);
 HM_HIDDEN void hm_heap_thread_exit(heap_t *h);
 HM_HIDDEN void hm_heap_reclaim_abandoned(void);
 HM_HIDDEN void hm_heap_fork_prepare(void);
@@ -264,7 +275,7 @@ HM_INLINE void hm_free(void *p) {
       if (unlikely(--s->used == 0)) hm_free_local_slow(h, s); /* emptied, or FULL */
       return;
     }
-    hm_free_remote(ss, hm_slab_of(ss, p), (block_t *)p);
+    hm_free_foreign(h, ss, (block_t *)p);
     return;
   }
   hm_free_slow(p);
