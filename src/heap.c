@@ -555,9 +555,8 @@ static uint32_t foreign_send_back(block_t *b) {
  * heap's foreign cache; past the cache's budget, send the cached blocks
  * not yet in use back to their owners. */
 void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
-  if (unlikely(h == &hm_empty_heap)) { /* a thread without a heap */
-    slab_t *s = hm_slab_of(ss, b);
-    remote_push(ss, s, b, b);
+  if (unlikely(h == &hm_empty_heap) && (h = heap_for_thread()) == NULL) {
+    remote_push(ss, hm_slab_of(ss, b), b, b); /* no memory for a heap */
     return;
   }
   unsigned c = ss->slab_cls[((uintptr_t)b & SS_MASK) >> ss->slab_shift];

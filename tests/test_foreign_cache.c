@@ -1,0 +1,101 @@
+/* The foreign cache (src/heap.c): blocks a thread frees from another
+ * thread's slabs stay with it for its own mallocs, within a per-class budget
+ * (HAKMEM_FOREIGN_CACHE_KB), and go back to their owner past the budget and
+ * at thread exit.
+ *
+ *   test_foreign_cache reuse|cap|off
+ * reuse: B frees A's blocks, then B's mallocs get exactly those blocks;
+ *        after B exits, A gets them all back.
+ * cap:   (run with HAKMEM_FOREIGN_CACHE_KB=1: 16 blocks of 64 B) while B is
+ *        still alive, A gets back all but at most 16 of the blocks B freed.
+ * off:   (run with HAKMEM_FOREIGN_CACHE_KB=0) A gets back every block at once.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N 256
+#define SIZE 64
+
+static void *blocks[N];
+static pthread_barrier_t freed, checked;
+
+static void fail(const char *what) {
+  fprintf(stderr, "FAIL [foreign_cache]: %s\n", what);
+  exit(1);
+}
+
+static int in_set(void *p) {
+  for (int i = 0; i < N; i++)
+    if (blocks[i] == p) return 1;
+  return 0;
+}
+
+static void *reuse_thread(void *arg) {
+  (void)arg;
+  for (int i = 0; i < N; i++) free(blocks[i]);
+  void *mine[N];
+  for (int i = 0; i < N; i++) {
+    mine[i] = malloc(SIZE);
+    if (mine[i] == NULL) fail("malloc in thread B");
+    if (!in_set(mine[i])) fail("thread B's malloc did not reuse a block it had freed from thread A");
+    memset(mine[i], 0xb0, SIZE);
+  }
+  for (int i = 0; i < N; i++) free(mine[i]);
+  return NULL; /* thread exit sends the cached blocks back */
+}
+
+static void *hold_thread(void *arg) {
+  (void)arg;
+  for (int i = 0; i < N; i++) free(blocks[i]);
+  pthread_barrier_wait(&freed);
+  pthread_barrier_wait(&checked); /* stay alive while A counts */
+  return NULL;
+}
+
+/* A allocates N blocks again; how many are blocks B freed? */
+static int count_back(void) {
+  void *again[N];
+  int back = 0;
+  for (int i = 0; i < N; i++) {
+    again[i] = malloc(SIZE);
+    if (again[i] == NULL) fail("malloc in thread A");
+    back += in_set(again[i]);
+  }
+  for (int i = 0; i < N; i++) free(again[i]);
+  return back;
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "reuse";
+  for (int i = 0; i < N; i++) {
+    blocks[i] = malloc(SIZE);
+    if (blocks[i] == NULL) fail("malloc");
+    memset(blocks[i], 0xa0, SIZE);
+  }
+  pthread_t t;
+  int back, min_back;
+  if (strcmp(mode, "reuse") == 0) {
+    if (pthread_create(&t, NULL, reuse_thread, NULL) != 0) fail("pthread_create");
+    pthread_join(t, NULL);
+    back = count_back();
+    min_back = N;
+  } else {
+    pthread_barrier_init(&freed, NULL, 2);
+    pthread_barrier_init(&checked, NULL, 2);
+    if (pthread_create(&t, NULL, hold_thread, NULL) != 0) fail("pthread_create");
+    pthread_barrier_wait(&freed);
+    back = count_back();
+    pthread_barrier_wait(&checked);
+    pthread_join(t, NULL);
+    min_back = strcmp(mode, "cap") == 0 ? N - 16 : N;
+  }
+  if (back < min_back) {
+    fprintf(stderr, "FAIL [foreign_cache]: %s: thread A got back %d of %d blocks, expected at least %d\n",
+            mode, back, N, min_back);
+    return 1;
+  }
+  printf("foreign_cache %s: %d of %d blocks back: OK\n", mode, back, N);
+  return 0;
+}
