@@ -202,12 +202,13 @@ static void slab_collect_remote(slab_t *s) {
   s->used -= n;
 }
 
-/* Carve a page's worth (at least 4 blocks) of fresh blocks: memory is
- * touched only as it is needed. */
+/* Carve HAKMEM_CARVE_BYTES' worth (at least 4 blocks) of fresh blocks:
+ * memory is touched only as it is needed. */
 static void slab_carve(slab_t *s) {
   uint32_t bs = s->block_size;
   uint32_t n = s->capacity - s->carved;
-  uint32_t want = PAGE_SIZE_ / bs < 4 ? 4 : PAGE_SIZE_ / bs;
+  uint32_t bytes = (uint32_t)hm_opt[HM_OPT_CARVE_BYTES];
+  uint32_t want = bytes / bs < 4 ? 4 : bytes / bs;
   if (n > want) n = want;
   char *p = s->start + (size_t)s->carved * bs;
   for (uint32_t i = 0; i + 1 < n; i++) ((block_t *)(p + (size_t)i * bs))->next = (block_t *)(p + (size_t)(i + 1) * bs);
