@@ -97,9 +97,10 @@ struct hak_stats {
 };
 
 /* Fill *out. Safe while other threads allocate (figures are then as of
- * the moment each was read). Does not allocate. */
+ * the moment each was read). Does not allocate; takes the backend's lock
+ * for a moment (not for signal handlers). */
 HAK_API void hak_stats_get(struct hak_stats *out);
-/* The report HAKMEM_STATS=1 prints at exit, to f. */
+/* The report HAKMEM_STATS=1 prints at exit, to f (NULL: stderr). */
 HAK_API void hak_stats_print(FILE *f);
 
 /* Every HAKMEM_* option, one line each: name, default, current value and
