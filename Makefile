@@ -1,11 +1,11 @@
 # Thin wrapper over CMake: `make`, `make test`, `make debug`, `make bench`,
-# `make install PREFIX=/usr/local`.
+# `make install PREFIX=/usr/local`, `make stats`, `make options-doc`.
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 PREFIX ?= /usr/local
 GEN   := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all build test install debug debug-test bench bench-quick bench-instr clean
+.PHONY: all build test install debug debug-test stats stats-test options-doc bench bench-quick bench-instr clean
 
 all: build
 
@@ -31,6 +31,19 @@ debug:
 debug-test: debug
 	cd build-debug && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
+# -DHAKMEM_STATS=ON: the fast paths count every call (per class, per refill
+# source) for the statistics report; a separate tree.
+stats:
+	cmake -S . -B build-stats $(GEN) -DCMAKE_BUILD_TYPE=Release -DHAKMEM_STATS=ON
+	cmake --build build-stats -j $(JOBS)
+
+stats-test: stats
+	cd build-stats && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# README.md's option table from src/options.def.
+options-doc:
+	python3 scripts/gen_options_doc.py
+
 bench: build
 	python3 scripts/bench.py --build $(BUILD) $(if $(BENCH),--bench $(BENCH)) $(if $(RUNS),--runs $(RUNS))
 
@@ -41,4 +54,4 @@ bench-instr: build
 	python3 scripts/bench_instr.py --build $(BUILD)
 
 clean:
-	rm -rf $(BUILD) build-debug
+	rm -rf $(BUILD) build-debug build-stats

@@ -56,10 +56,18 @@ install(CODE "
 install(FILES ${PROJECT_BINARY_DIR}/pkgconfig/hakmem.pc
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
-# The launcher: it finds libhakmem.so relative to its own location at run
-# time (bin/../lib), so it keeps working when installed with --prefix.
+# The launcher: it finds libhakmem.so and its helper relative to its own
+# location at run time (bin/../lib, bin/../libexec/hakmem), so it keeps
+# working when installed with --prefix.
+set(HAKMEM_HELPERDIR ${CMAKE_INSTALL_LIBEXECDIR}/hakmem)
 file(RELATIVE_PATH HAKMEM_BINDIR_TO_LIBDIR
   /prefix/${CMAKE_INSTALL_BINDIR} /prefix/${CMAKE_INSTALL_LIBDIR})
+file(RELATIVE_PATH HAKMEM_BINDIR_TO_HELPERDIR
+  /prefix/${CMAKE_INSTALL_BINDIR} /prefix/${HAKMEM_HELPERDIR})
+file(RELATIVE_PATH _hak_helper_to_lib
+  /prefix/${HAKMEM_HELPERDIR} /prefix/${CMAKE_INSTALL_LIBDIR})
+set_target_properties(hakmem_options PROPERTIES INSTALL_RPATH "$ORIGIN/${_hak_helper_to_lib}")
+install(TARGETS hakmem_options RUNTIME DESTINATION ${HAKMEM_HELPERDIR})
 configure_file(${PROJECT_SOURCE_DIR}/scripts/hakmem.in
   ${PROJECT_BINARY_DIR}/hakmem-launcher @ONLY)
 install(PROGRAMS ${PROJECT_BINARY_DIR}/hakmem-launcher

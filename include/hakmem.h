@@ -8,6 +8,7 @@
 #define HAKMEM_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,6 +45,68 @@ struct hak_os_stats {
   size_t committed_bytes; /* bytes currently mapped for hakmem */
 };
 HAK_API void hak_os_stats_get(struct hak_os_stats *out);
+
+/* Statistics (docs/USING.md, "Statistics", says exactly what each figure
+ * counts). The default build counts on slow paths only: the slab lanes'
+ * figures are then at slab granularity. Built with -DHAKMEM_STATS=ON,
+ * the fast paths also count every call, per size class. */
+enum { HAK_LANE_TINY = 0, HAK_LANE_MID = 1, HAK_LANE_LARGE = 2, HAK_LANES = 3 };
+#define HAK_STATS_CLASSES 96
+enum {
+  HAK_REFILL_CARVE,   /* a slab's free list refilled: fresh blocks carved */
+  HAK_REFILL_LOCAL,   /*   the owner's frees (local_free) swapped in */
+  HAK_REFILL_REMOTE,  /*   other threads' frees drained */
+  HAK_REFILL_LISTED,  /* the class took another slab that has free blocks */
+  HAK_REFILL_SLAB,    /* the class took an unused slab of an owned SuperSlab */
+  HAK_REFILL_ADOPT,   /* a SuperSlab left by an exited thread adopted */
+  HAK_REFILL_NEW_SS,  /* a SuperSlab taken from the backend */
+  HAK_REFILL_SOURCES
+};
+
+struct hak_lane_stats {
+  size_t allocated;  /* cumulative bytes: tiny/mid: carved into blocks; large: blocks */
+  size_t freed;      /* cumulative bytes: tiny/mid: given back with emptied slabs; large: blocks */
+  size_t current;    /* allocated - freed */
+  size_t peak;       /* highest current so far */
+  size_t in_use;     /* bytes in blocks handed out now (tiny/mid: walked at the call) */
+  size_t allocs;     /* blocks allocated: large always, tiny/mid with HAKMEM_STATS */
+  size_t frees;      /* blocks freed: likewise */
+};
+
+struct hak_class_stats {  /* with HAKMEM_STATS; zero otherwise */
+  size_t size;            /* block size of the class */
+  size_t allocs;          /* blocks handed out */
+  size_t frees_local;     /* freed by the thread owning the slab */
+  size_t frees_remote;    /* freed by another thread */
+};
+
+struct hak_stats {
+  int counters;                          /* 1: built with -DHAKMEM_STATS=ON */
+  struct hak_lane_stats lane[HAK_LANES]; /* HAK_LANE_* */
+  size_t large_blocks;                   /* large blocks live now */
+  size_t large_blocks_peak;
+  size_t large_mapped;                   /* bytes mapped for live large blocks */
+  size_t committed_bytes;                /* bytes mapped for hakmem now */
+  size_t cached_bytes;                   /* mapped, unused, kept for reuse (malloc_trim returns it) */
+  size_t purged_bytes;                   /* cumulative bytes given back with madvise */
+  struct hak_os_stats os;
+  /* with HAKMEM_STATS; zero otherwise: */
+  size_t refills[HAK_REFILL_SOURCES];      /* slow-path events by source */
+  size_t refill_blocks[HAK_REFILL_SOURCES]; /* blocks each brought (CARVE, LOCAL, REMOTE) */
+  struct hak_class_stats cls[HAK_STATS_CLASSES];
+};
+
+/* Fill *out. Safe while other threads allocate (figures are then as of
+ * the moment each was read). Does not allocate; takes the backend's lock
+ * for a moment (not for signal handlers). */
+HAK_API void hak_stats_get(struct hak_stats *out);
+/* The report HAKMEM_STATS=1 prints at exit, to f (NULL: stderr). */
+HAK_API void hak_stats_print(FILE *f);
+
+/* Every HAKMEM_* option, one line each: name, default, current value and
+ * meaning, separated by tabs (what `hakmem options` shows). The options are
+ * read from the environment first if no allocation has read them yet. */
+HAK_API void hak_options_write(int fd);
 
 /* Nonzero when this build checks internal invariants (make debug). */
 HAK_API int hak_debug_build(void);

@@ -14,8 +14,9 @@
 static pthread_mutex_t backend_lock = PTHREAD_MUTEX_INITIALIZER;
 static superslab_t *empty_ss;           /* empty SuperSlabs, ready for reuse */
 static char *region_cur, *region_end;   /* unused part of the last reservation */
+static uintptr_t ss_lo = UINTPTR_MAX, ss_hi; /* bounds of every SuperSlab carved (the report's walk) */
 
-static _Atomic size_t n_mmap, n_munmap, n_madvise, n_mremap, n_mmap_fail, committed;
+static _Atomic size_t n_mmap, n_munmap, n_madvise, n_mremap, n_mmap_fail, committed, purged;
 
 static void *os_map_once(size_t len) {
   void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -77,6 +78,7 @@ int hm_os_purge(void *p, size_t len) {
   if (len == 0) return 0;
   if (madvise(p, len, MADV_DONTNEED) != 0) return -1;
   atomic_fetch_add_explicit(&n_madvise, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&purged, len, memory_order_relaxed);
   return 0;
 }
 
@@ -124,6 +126,8 @@ superslab_t *hm_backend_ss_alloc(void) {
     if (region_cur != region_end) {
       ss = (superslab_t *)region_cur;
       region_cur += SS_SIZE;
+      if ((uintptr_t)ss < ss_lo) ss_lo = (uintptr_t)ss;
+      if ((uintptr_t)ss > ss_hi) ss_hi = (uintptr_t)ss;
       /* registered only once carved: an uncarved chunk has no header yet */
       hm_registry[(uintptr_t)ss >> SS_SHIFT] = REG_SS;
     }
@@ -161,6 +165,25 @@ void *hm_meta_alloc(size_t size) {
   pthread_mutex_unlock(&backend_lock);
   return r;
 }
+
+/* The registry tells which chunks between the bounds are SuperSlabs still
+ * mapped; the lock keeps release_cached_locked from unmapping one meanwhile. */
+void hm_backend_walk_ss(void (*fn)(superslab_t *ss, void *arg), void *arg) {
+  pthread_mutex_lock(&backend_lock);
+  for (uintptr_t a = ss_lo; a <= ss_hi && ss_lo != UINTPTR_MAX; a += SS_SIZE)
+    if (hm_reg_kind(a) == REG_SS) fn((superslab_t *)a, arg);
+  pthread_mutex_unlock(&backend_lock);
+}
+
+size_t hm_backend_cached_bytes(void) {
+  pthread_mutex_lock(&backend_lock);
+  size_t bytes = (size_t)(region_end - region_cur);
+  for (superslab_t *ss = empty_ss; ss != NULL; ss = ss->next) bytes += SS_SIZE;
+  pthread_mutex_unlock(&backend_lock);
+  return bytes;
+}
+
+size_t hm_os_purged_bytes(void) { return atomic_load_explicit(&purged, memory_order_relaxed); }
 
 void hm_backend_fork_prepare(void) { pthread_mutex_lock(&backend_lock); }
 void hm_backend_fork_parent(void) { pthread_mutex_unlock(&backend_lock); }

@@ -20,7 +20,6 @@
 
 #include "internal.h"
 
-enum { SLAB_UNUSED = 0, SLAB_ACTIVE = 1, SLAB_LISTED = 2, SLAB_FOREIGN = 3 };
 
 static const uint8_t kind_shift[NUM_KINDS] = {16, 19, 21}; /* 64 KiB, 512 KiB, 2 MiB */
 
@@ -168,6 +167,7 @@ static bool slab_release(heap_t *h, slab_t *s) {
   superslab_t *ss = hm_ss_of(s);
   HM_ASSERT(s->used == 0 && h->cur[s->cls] != s);
   hm_check_slab(s);
+  hm_stats_released(s->cls, s->carved);
   if (s->in_use == SLAB_LISTED) avail_unlink(h, s);
   s->in_use = SLAB_UNUSED;
   HM_ASSERT(!(s->flags & SLAB_FULL));
@@ -215,22 +215,32 @@ static void slab_carve(slab_t *s) {
   ((block_t *)(p + (size_t)(n - 1) * bs))->next = s->free;
   s->free = (block_t *)p;
   s->carved = (uint16_t)(s->carved + n);
+  hm_stats_carved(s->cls, n);
 }
 
 /* Make s->free non-empty if the slab has any block left. */
 static bool slab_refill(slab_t *s) {
   if (s->free != NULL) return true;
   if (s->local_free != NULL) {
+    HM_STAT_REFILL(hm_tls_heap, HM_REFILL_LOCAL, s->carved - s->used); /* free is empty */
     s->free = s->local_free;
     s->local_free = NULL;
     return true;
   }
   if (atomic_load_explicit(&s->remote, memory_order_relaxed) > REMOTE_NOTIFY) {
+#ifdef HAKMEM_STATS
+    uint32_t used = s->used;
+#endif
     slab_collect_remote(s);
+    HM_STAT_REFILL(hm_tls_heap, HM_REFILL_REMOTE, used - s->used);
     if (s->free != NULL) return true;
   }
   if (s->carved < s->capacity) {
+#ifdef HAKMEM_STATS
+    uint32_t carved = s->carved;
+#endif
     slab_carve(s);
+    HM_STAT_REFILL(hm_tls_heap, HM_REFILL_CARVE, s->carved - carved);
     return true;
   }
   return false;
@@ -325,6 +335,7 @@ static bool heap_adopt(heap_t *h, unsigned kind, unsigned c) {
   pthread_mutex_unlock(&heap_lock);
   if (ss == NULL) return false;
   HM_ASSERT(atomic_load(&ss->owner) == NULL);
+  HM_STAT_REFILL(h, HM_REFILL_ADOPT, 0);
   /* The owner store comes before reading the slabs' remote lists, so a
    * remote free either is collected below or sees this owner (seq_cst). */
   atomic_store(&ss->owner, h);
@@ -369,7 +380,10 @@ static slab_t *heap_new_slab(heap_t *h, unsigned c) {
   unsigned kind = hm_class_kind[c];
   for (;;) {
     superslab_t *ss = h->partial[kind];
-    if (ss != NULL) return ss_take_slab(h, ss, c);
+    if (ss != NULL) {
+      HM_STAT_REFILL(h, HM_REFILL_SLAB, 0);
+      return ss_take_slab(h, ss, c);
+    }
     if (heap_adopt(h, kind, c)) {
       slab_t *s = h->avail[c];
       if (s != NULL) {
@@ -380,6 +394,7 @@ static slab_t *heap_new_slab(heap_t *h, unsigned c) {
     }
     ss = hm_backend_ss_alloc();
     if (ss == NULL) return NULL;
+    HM_STAT_REFILL(h, HM_REFILL_NEW_SS, 0);
     ss_setup(h, ss, kind);
   }
 }
@@ -411,6 +426,7 @@ static void *heap_alloc(heap_t *h, unsigned c) {
         block_t *b = s->free;
         s->free = b->next;
         s->used++;
+        HM_STAT_ADD(h, alloc[c], 1);
         return b;
       }
       if (!slab_try_mark_full(s)) continue;
@@ -421,6 +437,7 @@ static void *heap_alloc(heap_t *h, unsigned c) {
     if (h->foreign[c].local_free != NULL || h->foreign[c].free != NULL) return foreign_pop(h, c);
     s = h->avail[c];
     if (s != NULL) {
+      HM_STAT_REFILL(h, HM_REFILL_LISTED, 0);
       avail_unlink(h, s);
     } else {
       s = heap_new_slab(h, c);
@@ -479,7 +496,12 @@ static heap_t *heap_for_thread(void) {
   heap_t *h = heap_pool;
   if (h != NULL) heap_pool = h->next_free;
   pthread_mutex_unlock(&heap_lock);
-  if (h == NULL && (h = hm_meta_alloc(sizeof(heap_t))) == NULL) return NULL;
+  if (h == NULL) {
+    if ((h = hm_meta_alloc(sizeof(heap_t))) == NULL) return NULL;
+#ifdef HAKMEM_STATS
+    hm_stats_heap_new(h);
+#endif
+  }
   heap_reset(h);
   /* Installed before pthread_setspecific, which may itself allocate. */
   hm_tls_heap = h;
@@ -557,10 +579,14 @@ static uint32_t foreign_send_back(block_t *b) {
  * not yet in use back to their owners. */
 void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
   if (unlikely(h == &hm_empty_heap) && (h = heap_for_thread()) == NULL) {
+#ifdef HAKMEM_STATS
+    hm_stats_free_without_heap(hm_slab_of(ss, b)->cls);
+#endif
     remote_push(ss, hm_slab_of(ss, b), b, b); /* no memory for a heap */
     return;
   }
   unsigned c = ss->slab_cls[((uintptr_t)b & SS_MASK) >> ss->slab_shift];
+  HM_STAT_ADD(h, free_remote[c], 1);
   slab_t *f = &h->foreign[c];
   b->next = f->local_free;
   f->local_free = b;
@@ -637,6 +663,7 @@ void hm_heap_reclaim_abandoned(void) {
         slab_collect_remote(s);
         hm_check_slab(s);
         if (s->used == 0) {
+          hm_stats_released(s->cls, s->carved);
           s->in_use = SLAB_UNUSED;
           ss->free_mask |= 1u << i;
         }
@@ -658,3 +685,21 @@ void hm_heap_reclaim_abandoned(void) {
 void hm_heap_fork_prepare(void) { pthread_mutex_lock(&heap_lock); }
 void hm_heap_fork_parent(void) { pthread_mutex_unlock(&heap_lock); }
 void hm_heap_fork_child(void) { pthread_mutex_init(&heap_lock, NULL); }
+
+/* The report's walk: bytes in blocks handed out (remote-freed blocks not yet
+ * collected included), per slab lane. Other threads may be changing these
+ * slabs: the reads are relaxed and the figure is as of the moment each
+ * slab is read. The caller keeps the SuperSlab mapped (hm_backend_walk_ss). */
+void hm_ss_in_use(superslab_t *ss, size_t in_use[2]) {
+  unsigned n = __atomic_load_n(&ss->nslabs, __ATOMIC_RELAXED);
+  if (n > SS_MAX_SLABS) n = SS_MAX_SLABS;
+  for (unsigned i = 0; i < n; i++) {
+    slab_t *s = &ss->slabs[i];
+    if (__atomic_load_n(&s->in_use, __ATOMIC_RELAXED) == SLAB_UNUSED) continue;
+    unsigned cls = __atomic_load_n(&s->cls, __ATOMIC_RELAXED);
+    if (cls >= NUM_CLASSES) continue;
+    size_t used = __atomic_load_n(&s->used, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&s->flags, __ATOMIC_RELAXED) & SLAB_FULL) used = s->capacity; /* (biased while FULL) */
+    in_use[hm_class_size[cls] <= TINY_MAX ? HM_LANE_TINY : HM_LANE_MID] += used * hm_class_size[cls];
+  }
+}

@@ -29,6 +29,7 @@ void hm_init_slow(void) {
   int expected = 0;
   if (atomic_compare_exchange_strong(&hm_init_state, &expected, 1)) {
     hm_options_init();
+    if (hm_opt[HM_OPT_VERBOSE]) hm_options_print_config();
     hm_force_libc = (int)hm_opt[HM_OPT_FORCE_LIBC_ALLOC];
     hm_heap_process_init();
     atomic_store_explicit(&hm_init_state, 2, memory_order_release);

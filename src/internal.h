@@ -75,6 +75,9 @@ struct heap;
 #define SLAB_FULL 1u
 #define REMOTE_NOTIFY ((uintptr_t)1)
 
+/* slab->in_use (heap.c describes the states) */
+enum { SLAB_UNUSED = 0, SLAB_ACTIVE = 1, SLAB_LISTED = 2, SLAB_FOREIGN = 3 };
+
 typedef struct slab {
   block_t *free;               /* allocations pop here */
   block_t *local_free;         /* the owner's frees */
@@ -118,6 +121,49 @@ HM_INLINE slab_t *hm_slab_of(superslab_t *ss, const void *p) {
   return &ss->slabs[((uintptr_t)p - (uintptr_t)ss) >> ss->slab_shift];
 }
 
+/* ---- statistics (src/stats.c) ------------------------------------------ */
+/* The lanes of the report: tiny (classes up to 1 KiB), mid (the other slab
+ * classes), large. Always counted, on slow paths only: bytes carved into
+ * blocks and bytes of blocks given back with their emptied slab, per slab
+ * lane; the large lane's blocks. */
+enum { HM_LANE_TINY = 0, HM_LANE_MID = 1, HM_LANE_LARGE = 2, HM_LANES = 3 };
+HM_HIDDEN void hm_stats_carved(unsigned cls, size_t blocks);
+HM_HIDDEN void hm_stats_released(unsigned cls, size_t blocks);
+/* A large block of `usable` bytes in a mapping of `mapped` bytes came
+ * (sign +1) or went (sign -1). */
+HM_HIDDEN void hm_stats_large(int sign, size_t usable, size_t mapped);
+
+/* -DHAKMEM_STATS (cmake -DHAKMEM_STATS=ON): the fast paths count too, into
+ * their heap (owner-written, read by the report with relaxed loads; a heap
+ * keeps its counts when an exited thread's heap is reused). Otherwise
+ * HM_STAT_* compile to nothing. */
+#ifdef HAKMEM_STATS
+#define HM_STATS_BUILD 1
+enum {
+  HM_REFILL_CARVE, HM_REFILL_LOCAL, HM_REFILL_REMOTE, /* a slab's free list refilled from */
+  HM_REFILL_LISTED, HM_REFILL_SLAB,                   /* the class got another slab: listed, unused */
+  HM_REFILL_ADOPT, HM_REFILL_NEW_SS,                  /* SuperSlabs: adopted, from the backend */
+  HM_REFILL_COUNT
+};
+typedef struct hm_heap_stats {
+  uint64_t alloc[NUM_CLASSES];       /* blocks handed out */
+  uint64_t free_local[NUM_CLASSES];  /* frees into this heap's own slabs */
+  uint64_t free_remote[NUM_CLASSES]; /* frees by this thread into other heaps' slabs */
+  uint64_t refill[HM_REFILL_COUNT];  /* slow-path events by source */
+  uint64_t refill_blocks[HM_REFILL_COUNT];
+} hm_heap_stats_t;
+HM_INLINE void hm_stat_add(uint64_t *c, uint64_t n) {
+  __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
+}
+#define HM_STAT_ADD(h, field, n) hm_stat_add(&(h)->stats.field, (n))
+#define HM_STAT_REFILL(h, src, blocks) \
+  (HM_STAT_ADD(h, refill[src], 1), HM_STAT_ADD(h, refill_blocks[src], (blocks)))
+#else
+#define HM_STATS_BUILD 0
+#define HM_STAT_ADD(h, field, n) ((void)0)
+#define HM_STAT_REFILL(h, src, blocks) ((void)0)
+#endif
+
 /* ---- thread heaps ------------------------------------------------------ */
 typedef struct heap {
   /* cur[] of the class of each 16-byte granule up to TINY_MAX: malloc of a
@@ -137,6 +183,10 @@ typedef struct heap {
   superslab_t *all;                /* every owned SS */
   _Atomic int pending_hint;        /* some owned SS has pending notifications */
   struct heap *next_free;          /* heap pool */
+#ifdef HAKMEM_STATS
+  hm_heap_stats_t stats;
+  struct heap *stats_next;         /* every heap ever made, for the report */
+#endif
 } heap_t;
 
 extern HM_HIDDEN heap_t hm_empty_heap;   /* every class points at hm_empty_slab */
@@ -156,6 +206,7 @@ extern HM_HIDDEN long hm_opt[HM_OPT_COUNT];
 HM_HIDDEN void hm_options_init(void);
 HM_HIDDEN int hm_option_is_set(int id);
 HM_HIDDEN void hm_options_write(int fd);
+HM_HIDDEN void hm_options_print_config(void); /* HAKMEM_VERBOSE=1 */
 extern HM_HIDDEN int hm_force_libc;    /* HAKMEM_FORCE_LIBC_ALLOC=1 */
 extern HM_HIDDEN _Atomic int hm_init_state; /* 0 none, 1 running, 2 done */
 HM_HIDDEN void hm_init_slow(void);
@@ -202,6 +253,24 @@ HM_HIDDEN void hm_backend_fork_prepare(void);
 HM_HIDDEN void hm_backend_fork_parent(void);
 HM_HIDDEN void hm_backend_fork_child(void);
 HM_HIDDEN void *hm_meta_alloc(size_t size);
+/* stats.c (-DHAKMEM_STATS) */
+#ifdef HAKMEM_STATS
+HM_HIDDEN void hm_stats_heap_new(heap_t *h);
+HM_HIDDEN void hm_stats_free_without_heap(unsigned cls);
+#endif
+/* glibc's statistics interfaces, exported by override.c */
+struct mallinfo;
+struct mallinfo2;
+HM_HIDDEN struct mallinfo2 hm_mallinfo2(void);
+HM_HIDDEN struct mallinfo hm_mallinfo(void);
+HM_HIDDEN void hm_malloc_stats(void);
+/* backend.c, for the report: every carved SuperSlab that is still mapped,
+ * backend lock held; the bytes kept for reuse (what malloc_trim returns) */
+HM_HIDDEN void hm_backend_walk_ss(void (*fn)(superslab_t *ss, void *arg), void *arg);
+HM_HIDDEN size_t hm_backend_cached_bytes(void);
+HM_HIDDEN size_t hm_os_purged_bytes(void);
+/* heap.c, for the report: bytes in blocks handed out, per slab lane */
+HM_HIDDEN void hm_ss_in_use(superslab_t *ss, size_t in_use[2]);
 /* large.c */
 HM_HIDDEN void *hm_large_alloc(size_t n, size_t align);
 HM_HIDDEN void hm_large_free(void *p);
@@ -234,29 +303,34 @@ HM_HIDDEN void hm_check_block(const slab_t *s, const void *p);
 /* Pop a block of s; when its free list is empty, take the owner's frees
  * (local_free) as the new free list right here, the commonest refill; the
  * slow path does the rest. */
-HM_INLINE void *hm_slab_pop(slab_t *s, size_t n) {
+HM_INLINE void *hm_slab_pop(heap_t *h, slab_t *s, size_t n) {
   block_t *b = s->free;
   if (unlikely(b == NULL)) {
     b = s->local_free;
     if (unlikely(b == NULL)) return hm_alloc_slow(n);
     s->local_free = NULL;
+    /* blocks taken: all the owner freed, unless s is the foreign cache */
+    HM_STAT_REFILL(h, HM_REFILL_LOCAL, s->in_use == SLAB_FOREIGN ? 0 : s->carved - s->used);
   }
+  (void)h;
   hm_check_block(s, b);
   s->free = b->next;
   s->used++;
+  HM_STAT_ADD(h, alloc[s->cls], 1);
   return b;
 }
 
 /* malloc for n <= SMALL_MAX: pop the current slab's free list. */
 HM_INLINE void *hm_malloc_small(size_t n) {
   heap_t *h = hm_tls_heap;
-  if (likely(n <= TINY_MAX)) return hm_slab_pop(h->direct[(n + 15) >> 4], n);
-  return hm_slab_pop(h->cur[hm_size_class(n)], n);
+  if (likely(n <= TINY_MAX)) return hm_slab_pop(h, h->direct[(n + 15) >> 4], n);
+  return hm_slab_pop(h, h->cur[hm_size_class(n)], n);
 }
 
 HM_INLINE void *hm_malloc(size_t n) {
-  if (likely(n <= TINY_MAX)) return hm_slab_pop(hm_tls_heap->direct[(n + 15) >> 4], n);
-  if (likely(n <= SMALL_MAX)) return hm_slab_pop(hm_tls_heap->cur[hm_size_class(n)], n);
+  heap_t *h = hm_tls_heap;
+  if (likely(n <= TINY_MAX)) return hm_slab_pop(h, h->direct[(n + 15) >> 4], n);
+  if (likely(n <= SMALL_MAX)) return hm_slab_pop(h, h->cur[hm_size_class(n)], n);
   return hm_large_alloc(n, 0);
 }
 
@@ -270,6 +344,7 @@ HM_INLINE void hm_free(void *p) {
       slab_t *s = hm_slab_of(ss, p);
       hm_check_block(s, p);
       block_t *b = (block_t *)p;
+      HM_STAT_ADD(h, free_local[s->cls], 1);
       b->next = s->local_free;
       s->local_free = b;
       if (unlikely(--s->used == 0)) hm_free_local_slow(h, s); /* emptied, or FULL */

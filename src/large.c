@@ -44,6 +44,7 @@ void *hm_large_alloc(size_t n, size_t align) {
   h->span = (size_t)(end - base);
   hm_registry[(uintptr_t)base >> SS_SHIFT] = REG_LARGE_HEAD;
   for (char *c = base + SS_SIZE; c < end; c += SS_SIZE) hm_registry[(uintptr_t)c >> SS_SHIFT] = REG_LARGE_TAIL;
+  hm_stats_large(1, (size_t)(end - block), h->span);
   return block;
 }
 
@@ -60,6 +61,7 @@ void hm_large_free(void *p) {
   large_hdr_t *h = large_header(p);
   if (h == NULL) hm_fatal("invalid free", p, "not the start of a large block");
   size_t span = h->span;
+  hm_stats_large(-1, (size_t)((char *)h + span - (char *)p), span);
   h->magic = 0;
   for (uintptr_t c = (uintptr_t)h; c < (uintptr_t)h + span; c += SS_SIZE) hm_registry[c >> SS_SHIFT] = REG_NONE;
   hm_os_unmap(h, span);

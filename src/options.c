@@ -134,3 +134,25 @@ void hm_options_write(int fd) {
     for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) hm_write_fd(fd, parts[k]);
   }
 }
+
+void hak_options_write(int fd) {
+  hm_ensure_init(); /* the options are read on the first allocation */
+  hm_options_write(fd);
+}
+
+/* HAKMEM_VERBOSE=1: the effective configuration, at start-up, on stderr.
+ * Runs inside the allocator's initialisation, so it only write()s. */
+void hm_options_print_config(void) {
+  char cur[48];
+  hm_write_str("hakmem: configuration (statistics counters ");
+  hm_write_str(HM_STATS_BUILD ? "on" : "off");
+  hm_write_str(", invariant checks ");
+  hm_write_str(hak_debug_build() ? "on" : "off");
+  hm_write_str("):\n");
+  for (int i = 0; i < HM_OPT_COUNT; i++) {
+    const struct option_row *r = &rows[i];
+    value_text(r, hm_opt[i], cur, sizeof cur);
+    const char *parts[] = {"hakmem:   ", r->name, "=", cur, opt_set[i] ? " (from the environment)\n" : "\n"};
+    for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) hm_write_str(parts[k]);
+  }
+}

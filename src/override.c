@@ -19,3 +19,8 @@ EXPORT void *valloc(size_t n) { return hak_valloc(n); }
 EXPORT void *pvalloc(size_t n) { return hak_pvalloc(n); }
 EXPORT size_t malloc_usable_size(void *p) { return hak_malloc_usable_size(p); }
 EXPORT int malloc_trim(size_t pad) { return hak_malloc_trim(pad); }
+
+/* glibc's statistics, answered from hakmem's figures (src/stats.c) */
+EXPORT struct mallinfo2 mallinfo2(void) { return hm_mallinfo2(); }
+EXPORT struct mallinfo mallinfo(void) { return hm_mallinfo(); }
+EXPORT void malloc_stats(void) { hm_malloc_stats(); }

@@ -5,7 +5,7 @@
 #   - the same program built with CMake find_package(hakmem), once against
 #     hakmem::hakmem (shared) and once against hakmem::hakmem_static;
 #   - the installed `hakmem run` launcher preloading the library into a
-#     program built without hakmem.
+#     program built without hakmem; `hakmem run --stats`; `hakmem options`.
 # consumer.c checks usable_size(malloc(100)) == 112 (hakmem's class size).
 #
 #   test_install_consumers.sh BUILD_DIR SOURCE_DIR(tests/install) [CC]
@@ -30,7 +30,7 @@ cmake --install "$BUILD" --prefix "$PREFIX" >"$WORK/install.log" 2>&1 \
   || { cat "$WORK/install.log" >&2; fail "cmake --install failed"; }
 for f in include/hakmem.h lib/libhakmem.so lib/libhakmem.so.0 lib/libhakmem.a \
          lib/pkgconfig/hakmem.pc lib/cmake/hakmem/hakmemConfig.cmake \
-         lib/cmake/hakmem/hakmemConfigVersion.cmake bin/hakmem; do
+         lib/cmake/hakmem/hakmemConfigVersion.cmake bin/hakmem libexec/hakmem/hakmem-options; do
   [ -e "$PREFIX/$f" ] || fail "$f was not installed"
 done
 [ -L "$PREFIX/lib/libhakmem.so" ] || fail "lib/libhakmem.so is not a symlink"
@@ -115,11 +115,37 @@ set -e
 [ $rc -eq 2 ] || fail "--option PATH=... exited $rc, expected 2"
 case "$err" in *HAKMEM_*) ;; *) fail "--option PATH=... gave no clear error: '$err'" ;; esac
 
-set +e
-"$HK" options >/dev/null 2>"$WORK/opt.err"; rc=$?
-set -e
-[ $rc -eq 2 ] || fail "'hakmem options' exited $rc, expected 2"
-grep -qi "not available yet" "$WORK/opt.err" || fail "'hakmem options' does not say it is not available yet"
+# --stats: HAKMEM_STATS=1 for the program, whose report comes at exit.
+got=$("$HK" run --stats -- sh -c 'printf %s "$HAKMEM_STATS"' 2>/dev/null)
+[ "$got" = 1 ] || fail "hakmem run --stats: HAKMEM_STATS='$got', expected 1"
+"$HK" run --stats -- "$WORK/usable_size" >/dev/null 2>"$WORK/stats.err" || fail "hakmem run --stats failed"
+grep -q '^hakmem statistics (pid ' "$WORK/stats.err" || fail "no report at exit under --stats: $(cat "$WORK/stats.err")"
+grep -q '^tiny (<=1 KiB) ' "$WORK/stats.err" || fail "the report has no tiny lane line: $(cat "$WORK/stats.err")"
+
+# options: one line per row of src/options.def, from the library itself.
+DEF="$SRC/../../src/options.def"
+names=$(sed -n 's/^HM_OPTION(\([A-Z0-9_]*\),.*/HAKMEM_\1/p' "$DEF")
+[ -n "$names" ] || fail "no HM_OPTION rows found in $DEF"
+"$HK" options >"$WORK/opt.out" 2>"$WORK/opt.err" || fail "'hakmem options' failed: $(cat "$WORK/opt.err")"
+[ ! -s "$WORK/opt.err" ] || fail "'hakmem options' wrote to stderr: $(cat "$WORK/opt.err")"
+head -n1 "$WORK/opt.out" | grep -q '^OPTION  *DEFAULT  *CURRENT  *MEANING$' \
+  || fail "'hakmem options' header: $(head -n1 "$WORK/opt.out")"
+[ "$(wc -l <"$WORK/opt.out")" -eq $(( $(printf '%s\n' "$names" | wc -l) + 1 )) ] \
+  || fail "'hakmem options' printed $(wc -l <"$WORK/opt.out") lines for $(printf '%s\n' "$names" | wc -l) options"
+for n in $names; do
+  grep -q "^$n " "$WORK/opt.out" || fail "'hakmem options' lacks $n"
+done
+# --tsv: NAME, default, current, meaning; the current value follows the environment.
+"$HK" options --tsv >"$WORK/opt.tsv" || fail "'hakmem options --tsv' failed"
+line=$(grep '^HAKMEM_STATS	' "$WORK/opt.tsv") || fail "--tsv lacks HAKMEM_STATS"
+[ "$(printf '%s' "$line" | cut -f2,3)" = "0	0" ] || fail "HAKMEM_STATS default/current: '$line'"
+line=$(HAKMEM_STATS=1 "$HK" options --tsv 2>/dev/null | grep '^HAKMEM_STATS	')
+[ "$(printf '%s' "$line" | cut -f2,3)" = "0	1" ] || fail "with HAKMEM_STATS=1 set: '$line'"
+# A bad value: the library's one warning line, and the default stays.
+line=$(HAKMEM_VERBOSE=maybe "$HK" options --tsv 2>"$WORK/bad.err" | grep '^HAKMEM_VERBOSE	')
+[ "$(printf '%s' "$line" | cut -f3)" = 0 ] || fail "HAKMEM_VERBOSE=maybe: current is not the default: '$line'"
+[ "$(cat "$WORK/bad.err")" = "hakmem: warning: ignoring HAKMEM_VERBOSE=maybe (must be 0 or 1); using the default" ] \
+  || fail "HAKMEM_VERBOSE=maybe: stderr was '$(cat "$WORK/bad.err")'"
 
 help_out=$("$HK" --help)
 case "$help_out" in *"hakmem run"*) ;; *) false ;; esac || fail "hakmem --help does not describe 'run'"
