@@ -183,10 +183,15 @@ HM_HIDDEN void hm_backend_fork_prepare(void);
 HM_HIDDEN void hm_backend_fork_parent(void);
 HM_HIDDEN void hm_backend_fork_child(void);
 HM_HIDDEN void *hm_meta_alloc(size_t size);
-/* large.c */
+/* ace.c (the large lane) */
 HM_HIDDEN void *hm_large_alloc(size_t n, size_t align);
+HM_HIDDEN void *hm_large_calloc(size_t n);
+HM_HIDDEN void *hm_large_realloc(void *p, size_t n);
 HM_HIDDEN void hm_large_free(void *p);
 HM_HIDDEN size_t hm_large_usable(const void *p);
+HM_HIDDEN void hm_large_fork_prepare(void);
+HM_HIDDEN void hm_large_fork_parent(void);
+HM_HIDDEN void hm_large_fork_child(void);
 /* Give back the large lane's cached spans idle for at least min_idle_ns
  * (0: all of them); returns the bytes given back. */
 HM_HIDDEN size_t hm_large_release(uint64_t min_idle_ns);

@@ -1,0 +1,585 @@
+/* ACE, the large lane: blocks above the Pool limit (SMALL_MAX), each the
+ * whole of a span mapped from the OS. Freed spans are kept in a cache and
+ * reused, so a steady workload makes no system calls.
+ *
+ * Spans: a span is a multiple of 2 MiB long and its block starts at its
+ * base (no header), so a 4 MiB block is exactly two chunks and any span
+ * mapped on a 2 MiB boundary serves alignments up to 2 MiB. Descriptors live
+ * beside the spans, in a two-level table indexed by the 2 MiB chunk where a
+ * span starts: every span is at least 2 MiB long, so no two spans start in
+ * the same chunk. A span is usually 2 MiB aligned (the kernel aligns large
+ * anonymous mappings; the cache never splits a span off a chunk boundary)
+ * but need not be: mremap may move one anywhere, and then its first and
+ * last chunks may be shared with other mappings. Nothing in a span is read
+ * to look it up, so a shared chunk is harmless.
+ *
+ * Registry bytes (registry.c): HEAD where a span starts, TAIL where spans
+ * only pass through; free() takes HEAD or TAIL to this file, which accepts
+ * only the base of a live span.
+ *
+ * The cache: one list of free spans per length in chunks (1..ACE_BUCKETS),
+ * newest first. A request takes the newest span of its length, else splits
+ * a longer one, else maps a new span (a "miss", which raises the length's
+ * capacity by one). A freed span is kept if its length is below capacity
+ * and the cache stays within HAKMEM_ACE_MAX_MB (older spans are unmapped to
+ * make room); a length that saw no request for a whole epoch (1 s) has its
+ * capacity halved and its excess spans unmapped. hm_large_release gives back
+ * spans idle for a given time (the purger, malloc_trim, out-of-memory).
+ *
+ * Locking: one mutex, a leaf lock: no OS call that can take the backend's
+ * lock (hm_os_map, hm_meta_alloc) is made while holding it, because the
+ * backend's out-of-memory retry calls hm_large_release. munmap is done after
+ * unlocking, from a list of spans already taken out of the registry. */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define ACE_BUCKETS 32                        /* spans of up to 64 MiB are cached */
+#define ACE_CAP_MAX 256                       /* per length */
+#define ACE_EPOCH_NS 1000000000ull            /* capacity of unused lengths decays */
+#define ACE_ALIGN_SCAN 16                     /* cached spans looked at for an aligned request */
+#define ACE_LIMIT ((size_t)1 << REG_ADDR_BITS) /* larger requests: Threshold */
+
+enum { SPAN_NONE = 0, SPAN_USED = 1, SPAN_CACHED = 2 };
+
+typedef struct span {
+  char *base;
+  size_t len;                 /* a multiple of SS_SIZE */
+  uint64_t freed_ns;          /* when it entered the cache */
+  struct span *next, *prev;   /* cache list; next also chains spans to unmap */
+  uint32_t state;
+} span_t;
+
+/* Descriptor table: chunk index -> descriptor, leaves of 2^13 (16 GiB of
+ * address space each) taken from metadata memory as needed. */
+#define LEAF_BITS 13
+#define LEAF_MASK (((uintptr_t)1 << LEAF_BITS) - 1)
+#define DIR_SIZE ((size_t)1 << (REG_ADDR_BITS - SS_SHIFT - LEAF_BITS))
+#define LEAF_BYTES (sizeof(span_t) << LEAF_BITS)
+
+typedef struct bucket {
+  span_t *head, *tail;  /* newest, oldest */
+  uint32_t count, cap;
+  bool wanted;          /* requested during this epoch */
+} bucket_t;
+
+static pthread_mutex_t ace_lock = PTHREAD_MUTEX_INITIALIZER;
+static span_t *_Atomic dir[DIR_SIZE];
+static bucket_t buckets[ACE_BUCKETS + 1]; /* index: length in chunks */
+static size_t cache_bytes;
+static uint64_t next_epoch_ns;
+
+static uintptr_t chunk_of(const void *p) { return (uintptr_t)p >> SS_SHIFT; }
+static size_t span_len_for(size_t n) { return n == 0 ? SS_SIZE : (n + SS_MASK) & ~(size_t)SS_MASK; }
+static size_t max_cached(void) { return (size_t)hm_opt[HM_OPT_ACE_MAX_MB] << 20; }
+
+/* Descriptor slot of chunk c, or NULL when its leaf does not exist. */
+static span_t *slot(uintptr_t c) {
+  span_t *leaf = atomic_load_explicit(&dir[c >> LEAF_BITS], memory_order_acquire);
+  return leaf != NULL ? &leaf[c & LEAF_MASK] : NULL;
+}
+
+/* The live span whose block is p, or NULL. */
+static span_t *span_at(const void *p, uint32_t state) {
+  if (hm_reg_kind((uintptr_t)p) != REG_LARGE_HEAD) return NULL;
+  span_t *s = slot(chunk_of(p));
+  return s != NULL && s->state == state && s->base == p ? s : NULL;
+}
+
+/* ---- descriptor leaves ---------------------------------------------------- */
+
+/* Leaves a caller holds for a span it is about to create: taken before the
+ * OS call (allocating if need be), installed after it under the lock, the
+ * unused ones handed back, so that recording a span never allocates. */
+typedef struct leaves {
+  void *chain; /* linked through each leaf's first word */
+  size_t n;
+} leaves_t;
+
+static void *spare_leaves; /* leaves handed back, for the next caller */
+static size_t leaves_for(size_t len) { return (len >> (SS_SHIFT + LEAF_BITS)) + 2; }
+
+static void leaf_push(void **chain, void *leaf) {
+  *(void **)leaf = *chain;
+  *chain = leaf;
+}
+
+static void *leaf_pop(void **chain) {
+  void *leaf = *chain;
+  *chain = *(void **)leaf;
+  *(void **)leaf = NULL;
+  return leaf;
+}
+
+/* Lock not held. */
+static bool leaves_claim(leaves_t *l, size_t len) {
+  l->chain = NULL;
+  l->n = 0;
+  pthread_mutex_lock(&ace_lock);
+  while (l->n < leaves_for(len) && spare_leaves != NULL) {
+    leaf_push(&l->chain, leaf_pop(&spare_leaves));
+    l->n++;
+  }
+  pthread_mutex_unlock(&ace_lock);
+  while (l->n < leaves_for(len)) {
+    void *leaf = hm_meta_alloc(LEAF_BYTES); /* fresh metadata memory reads zero */
+    if (leaf == NULL) {
+      pthread_mutex_lock(&ace_lock);
+      while (l->chain != NULL) leaf_push(&spare_leaves, leaf_pop(&l->chain));
+      pthread_mutex_unlock(&ace_lock);
+      return false;
+    }
+    leaf_push(&l->chain, leaf);
+    l->n++;
+  }
+  return true;
+}
+
+/* Give [p, p+len) its leaves (none if p is NULL); hand back the rest.
+ * Lock held. */
+static void leaves_install(const char *p, size_t len, leaves_t *l) {
+  for (uintptr_t t = chunk_of(p) >> LEAF_BITS; p != NULL && t <= chunk_of(p + len - 1) >> LEAF_BITS; t++)
+    if (atomic_load_explicit(&dir[t], memory_order_relaxed) == NULL)
+      atomic_store_explicit(&dir[t], (span_t *)leaf_pop(&l->chain), memory_order_release);
+  while (l->chain != NULL) leaf_push(&spare_leaves, leaf_pop(&l->chain));
+}
+
+/* ---- registry ------------------------------------------------------------- */
+
+/* Recompute the byte of chunk c, which a span starts, ends or passes in:
+ * HEAD if a live span starts in it, TAIL if one covers part of it. Only the
+ * last span starting before c can reach into it; the chunks between are
+ * TAIL. SuperSlab chunks are never shared, so they are left alone. */
+static void reg_refresh(uintptr_t c) {
+  if (hm_registry[c] == REG_SS) return;
+  span_t *s = slot(c);
+  uint8_t v = REG_NONE;
+  if (s != NULL && s->state != SPAN_NONE) {
+    v = REG_LARGE_HEAD;
+  } else {
+    uintptr_t h = c;
+    while (h > 0 && hm_registry[h - 1] == REG_LARGE_TAIL) h--;
+    if (h > 0 && hm_registry[h - 1] == REG_LARGE_HEAD) {
+      s = slot(h - 1);
+      if (s->state != SPAN_NONE && (uintptr_t)(s->base + s->len) > (c << SS_SHIFT)) v = REG_LARGE_TAIL;
+    }
+  }
+  hm_registry[c] = v;
+}
+
+/* Record a span (its state already set) / forget one (state NONE). */
+static void reg_mark(const span_t *s) {
+  uintptr_t c0 = chunk_of(s->base), c1 = chunk_of(s->base + s->len - 1);
+  hm_registry[c0] = REG_LARGE_HEAD;
+  for (uintptr_t c = c0 + 1; c < c1; c++) hm_registry[c] = REG_LARGE_TAIL;
+  if (c1 != c0) reg_refresh(c1);
+}
+
+static void reg_unmark(const span_t *s) {
+  uintptr_t c0 = chunk_of(s->base), c1 = chunk_of(s->base + s->len - 1);
+  for (uintptr_t c = c0 + 1; c < c1; c++) hm_registry[c] = REG_NONE;
+  reg_refresh(c0);
+  if (c1 != c0) reg_refresh(c1);
+}
+
+/* A new descriptor for [p, p+len) in state st; leaves installed. */
+static span_t *span_record(char *p, size_t len, uint32_t st) {
+  span_t *s = slot(chunk_of(p));
+  HM_ASSERT(s->state == SPAN_NONE);
+  s->base = p;
+  s->len = len;
+  s->next = s->prev = NULL;
+  s->state = st;
+  reg_mark(s);
+  return s;
+}
+
+/* ---- the cache (lock held) -------------------------------------------------- */
+
+static void cache_push(span_t *s, uint64_t freed_ns) {
+  bucket_t *b = &buckets[s->len >> SS_SHIFT];
+  s->state = SPAN_CACHED;
+  s->freed_ns = freed_ns;
+  s->prev = NULL;
+  s->next = b->head;
+  if (b->head != NULL) b->head->prev = s;
+  else b->tail = s;
+  b->head = s;
+  b->count++;
+  cache_bytes += s->len;
+}
+
+static void cache_unlink(span_t *s) {
+  bucket_t *b = &buckets[s->len >> SS_SHIFT];
+  if (s->prev != NULL) s->prev->next = s->next;
+  else b->head = s->next;
+  if (s->next != NULL) s->next->prev = s->prev;
+  else b->tail = s->prev;
+  s->next = s->prev = NULL;
+  b->count--;
+  cache_bytes -= s->len;
+}
+
+/* Take s out of the cache and the registry and chain it for unmapping
+ * once the lock is dropped. */
+static void doom(span_t *s, span_t **list) {
+  if (s->state == SPAN_CACHED) cache_unlink(s);
+  s->state = SPAN_NONE;
+  reg_unmark(s);
+  s->next = *list;
+  *list = s;
+}
+
+static size_t unmap_list(span_t *s) {
+  size_t bytes = 0;
+  while (s != NULL) {
+    span_t *next = s->next;
+    char *base = s->base;
+    size_t len = s->len;
+    bytes += len;
+    hm_os_unmap(base, len); /* from here on the slot may be reused */
+    s = next;
+  }
+  return bytes;
+}
+
+/* Unmap the oldest cached spans until the cache is within its bound. */
+static void cache_trim(span_t **list) {
+  size_t max = max_cached();
+  while (cache_bytes > max) {
+    span_t *oldest = NULL;
+    for (unsigned k = 1; k <= ACE_BUCKETS; k++) {
+      span_t *t = buckets[k].tail;
+      if (t != NULL && (oldest == NULL || t->freed_ns < oldest->freed_ns)) oldest = t;
+    }
+    doom(oldest, list);
+  }
+}
+
+/* Keep a span that no block uses: always if `spare` (the rest of a split
+ * or shrunk span), else within its length's capacity. */
+static void cache_put(span_t *s, uint64_t now, bool spare, span_t **list) {
+  size_t k = s->len >> SS_SHIFT;
+  if (k <= ACE_BUCKETS && s->len <= max_cached() && (spare || buckets[k].count < buckets[k].cap)) {
+    cache_push(s, now);
+    cache_trim(list);
+  } else {
+    doom(s, list);
+  }
+}
+
+/* Cut s to len bytes; the rest becomes a spare span in the cache. */
+static void span_split(span_t *s, size_t len, uint64_t freed_ns, span_t **list) {
+  size_t rest = s->len - len;
+  s->len = len;
+  span_t *r = span_record(s->base + len, rest, SPAN_CACHED);
+  cache_put(r, freed_ns, true, list);
+}
+
+/* Once per epoch: halve the capacity of every length nobody asked for. */
+static void cache_decay(uint64_t now, span_t **list) {
+  if (now < next_epoch_ns) return;
+  if (next_epoch_ns != 0) {
+    for (unsigned k = 1; k <= ACE_BUCKETS; k++) {
+      bucket_t *b = &buckets[k];
+      if (!b->wanted) {
+        b->cap /= 2;
+        while (b->count > b->cap) doom(b->tail, list);
+      }
+      b->wanted = false;
+    }
+  }
+  next_epoch_ns = now + ACE_EPOCH_NS;
+}
+
+static span_t *bucket_find(const bucket_t *b, size_t align) {
+  unsigned n = 0;
+  for (span_t *s = b->head; s != NULL && n < ACE_ALIGN_SCAN; s = s->next, n++)
+    if (((uintptr_t)s->base & (align - 1)) == 0) return s;
+  return NULL;
+}
+
+/* A cached span for a block of len bytes at alignment align (<= 2 MiB). */
+static span_t *cache_take(size_t len, size_t align, uint64_t now, span_t **list) {
+  size_t k = len >> SS_SHIFT;
+  if (k > ACE_BUCKETS) return NULL;
+  bucket_t *b = &buckets[k];
+  b->wanted = true;
+  span_t *s = bucket_find(b, align);
+  if (s == NULL) {
+    if (b->cap < ACE_CAP_MAX) b->cap++; /* a miss: keep one more of these */
+    /* a longer span split for it is a miss of that length too: spans come
+     * back longer than they left when realloc grows them */
+    for (size_t j = k + 1; j <= ACE_BUCKETS && s == NULL; j++)
+      if ((s = bucket_find(&buckets[j], align)) != NULL && buckets[j].cap < ACE_CAP_MAX) buckets[j].cap++;
+    if (s == NULL) return NULL;
+  }
+  cache_unlink(s);
+  s->state = SPAN_USED;
+  if (s->len > len) span_split(s, len, now, list);
+  return s;
+}
+
+/* ---- failures --------------------------------------------------------------- */
+
+static void write_size(const char *key, size_t v) {
+  char buf[24];
+  int i = (int)sizeof buf - 1;
+  buf[i] = '\0';
+  do {
+    buf[--i] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  hm_write_str(key);
+  hm_write_str(buf + i);
+}
+
+/* HAKMEM_ACE_TRACE=1: one line per failed large allocation. Sets errno to
+ * ENOMEM. Never allocates. */
+static void *fail(const char *reason, size_t n, size_t align, int err) {
+  if (hm_opt[HM_OPT_ACE_TRACE]) {
+    char num[24];
+    hm_write_str("hakmem: ace: ");
+    hm_write_str(reason);
+    write_size(" size=", n);
+    if (align > 16) write_size(" align=", align);
+    hm_format_dec(num, err);
+    hm_write_str(" errno=");
+    hm_write_str(num);
+    hm_write_str(" (");
+    const char *text = strerrordesc_np(err);
+    hm_write_str(text != NULL ? text : "unknown error");
+    hm_write_str(")\n");
+  }
+  errno = ENOMEM;
+  return NULL;
+}
+
+/* The OS refused: Exhaustion if the lane had cached spans (given back by
+ * the backend's retry before this refusal), else MapFail. */
+static void *fail_refused(bool had_cache, size_t n, size_t align, int err) {
+  return fail(had_cache ? "Exhaustion" : "MapFail", n, align, err);
+}
+
+/* ---- allocation --------------------------------------------------------- */
+
+/* Map len bytes at alignment align from the OS; errno set on failure. */
+static char *map_span(size_t len, size_t align) {
+  char *p = NULL;
+  if (align <= SS_SIZE) {
+    p = hm_os_map(len); /* large anonymous mappings are usually 2 MiB aligned already */
+    if (p == NULL || ((uintptr_t)p & (align - 1)) == 0) return p;
+    hm_os_unmap(p, len);
+  }
+  char *raw = hm_os_map(len + align);
+  if (raw == NULL) return NULL;
+  p = (char *)(((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1));
+  hm_os_unmap(raw, (size_t)(p - raw));
+  hm_os_unmap(p + len, (size_t)(raw + align - p));
+  return p;
+}
+
+static void *ace_alloc(size_t n, size_t align, bool *fresh) {
+  if (align < PAGE_SIZE_) align = PAGE_SIZE_; /* every span is page aligned */
+  if (align >= ACE_LIMIT || n > ACE_LIMIT - align) return fail("Threshold", n, align, ENOMEM);
+  size_t len = span_len_for(n);
+  span_t *list = NULL, *s = NULL;
+  uint64_t now = hm_now_ns();
+  pthread_mutex_lock(&ace_lock);
+  if (align <= SS_SIZE) s = cache_take(len, align, now, &list);
+  bool had_cache = cache_bytes != 0;
+  pthread_mutex_unlock(&ace_lock);
+  unmap_list(list);
+  if (s != NULL) {
+    *fresh = false;
+    return s->base;
+  }
+  leaves_t l;
+  if (!leaves_claim(&l, len)) return fail_refused(had_cache, n, align, ENOMEM);
+  char *p = map_span(len, align);
+  int err = errno;
+  if (p != NULL && (uintptr_t)p + len > ACE_LIMIT) { /* beyond the registry */
+    hm_os_unmap(p, len);
+    p = NULL;
+    err = ENOMEM;
+  }
+  pthread_mutex_lock(&ace_lock);
+  leaves_install(p, len, &l);
+  if (p != NULL) span_record(p, len, SPAN_USED);
+  pthread_mutex_unlock(&ace_lock);
+  if (p == NULL) return fail_refused(had_cache, n, align, err);
+  *fresh = true;
+  return p;
+}
+
+void *hm_large_alloc(size_t n, size_t align) {
+  hm_ensure_init();
+  if (hm_force_libc) return align > 16 ? __libc_memalign(align, n) : __libc_malloc(n);
+  bool fresh;
+  return ace_alloc(n, align, &fresh);
+}
+
+void *hm_large_calloc(size_t n) {
+  hm_ensure_init();
+  if (hm_force_libc) return __libc_calloc(1, n);
+  bool fresh;
+  void *p = ace_alloc(n, 0, &fresh);
+  if (p != NULL && !fresh) memset(p, 0, n); /* fresh mappings are zero */
+  return p;
+}
+
+void hm_large_free(void *p) {
+  span_t *list = NULL;
+  uint64_t now = hm_now_ns();
+  pthread_mutex_lock(&ace_lock);
+  span_t *s = span_at(p, SPAN_USED);
+  if (s == NULL) {
+    bool twice = span_at(p, SPAN_CACHED) != NULL;
+    pthread_mutex_unlock(&ace_lock);
+    if (twice) hm_fatal("double free", p, "large block already freed");
+    hm_fatal("invalid free", p, "not the start of a large block");
+  }
+  cache_decay(now, &list);
+  cache_put(s, now, false, &list);
+  pthread_mutex_unlock(&ace_lock);
+  unmap_list(list);
+}
+
+size_t hm_large_usable(const void *p) {
+  span_t *s = span_at(p, SPAN_USED);
+  if (s == NULL) hm_fatal("invalid pointer", p, "not the start of a large block");
+  return s->len;
+}
+
+size_t hm_large_release(uint64_t min_idle_ns) {
+  span_t *list = NULL;
+  uint64_t now = hm_now_ns();
+  pthread_mutex_lock(&ace_lock);
+  for (unsigned k = 1; k <= ACE_BUCKETS; k++) {
+    span_t *s;
+    while ((s = buckets[k].tail) != NULL && (min_idle_ns == 0 || now - s->freed_ns >= min_idle_ns)) doom(s, &list);
+  }
+  pthread_mutex_unlock(&ace_lock);
+  return unmap_list(list);
+}
+
+/* ---- realloc ----------------------------------------------------------------- */
+
+/* Does a live span start exactly at p? Lock held. */
+static bool span_starts(const char *p) {
+  return span_at(p, SPAN_USED) != NULL || span_at(p, SPAN_CACHED) != NULL;
+}
+
+/* Grow s to len bytes by taking the cached spans that follow it, if they
+ * reach far enough. Lock held. */
+static bool grow_into_neighbours(span_t *s, size_t len, uint64_t now, span_t **list) {
+  size_t have = s->len;
+  while (have < len) {
+    span_t *n = span_at(s->base + have, SPAN_CACHED);
+    if (n == NULL) return false;
+    have += n->len;
+  }
+  while (s->len < have) {
+    span_t *n = span_at(s->base + s->len, SPAN_CACHED);
+    cache_unlink(n);
+    n->state = SPAN_NONE;
+    s->len += n->len;
+  }
+  reg_mark(s);
+  if (have > len) span_split(s, len, now, list);
+  return true;
+}
+
+/* mremap, once more after giving back cached memory if the OS refused. */
+static void *remap(char *p, size_t old, size_t len, bool may_move) {
+  void *q = hm_os_remap(p, old, len, may_move);
+  if (q == NULL && errno == ENOMEM && hm_large_release(0) + hm_backend_release_cached() != 0)
+    q = hm_os_remap(p, old, len, may_move);
+  return q;
+}
+
+/* Grow the block of s to n bytes (a span of len): into cached neighbours,
+ * else in place with mremap, else moved by mremap. */
+static void *large_grow(span_t *s, size_t n, size_t len) {
+  char *p = s->base;
+  size_t old = s->len;
+  span_t *list = NULL;
+  pthread_mutex_lock(&ace_lock);
+  bool done = grow_into_neighbours(s, len, hm_now_ns(), &list);
+  bool had_cache = cache_bytes != 0;
+  /* in place only where nothing of ours follows */
+  uintptr_t end = (uintptr_t)(p + old);
+  bool next_free = (end & SS_MASK) != 0 ? !span_starts(p + old) : hm_reg_kind(end) == REG_NONE;
+  pthread_mutex_unlock(&ace_lock);
+  unmap_list(list);
+  if (done) return p;
+  leaves_t l;
+  if (!leaves_claim(&l, len)) return fail_refused(had_cache, n, 0, ENOMEM);
+  if (next_free && hm_os_remap(p, old, len, false) != NULL) {
+    pthread_mutex_lock(&ace_lock);
+    leaves_install(p, len, &l);
+    s->len = len;
+    reg_mark(s);
+    pthread_mutex_unlock(&ace_lock);
+    return p;
+  }
+  /* Move: the OS moves the pages, nothing is copied. The span leaves the
+   * registry first, so that nothing of ours claims the range it vacates. */
+  pthread_mutex_lock(&ace_lock);
+  s->state = SPAN_NONE;
+  reg_unmark(s);
+  pthread_mutex_unlock(&ace_lock);
+  char *q = remap(p, old, len, true);
+  int err = errno;
+  if (q != NULL && (uintptr_t)q + len > ACE_LIMIT) hm_fatal("realloc", q, "mremap moved a block beyond the registry");
+  pthread_mutex_lock(&ace_lock);
+  leaves_install(q, len, &l);
+  if (q != NULL) span_record(q, len, SPAN_USED);
+  else span_record(p, old, SPAN_USED);
+  pthread_mutex_unlock(&ace_lock);
+  if (q != NULL) return q;
+  if (err == ENOMEM) return fail_refused(had_cache, n, 0, err);
+  /* EFAULT: the span is made of two mappings (it grew into a neighbour),
+   * which mremap cannot move as one: copy instead. */
+  bool fresh;
+  void *r = ace_alloc(n, 0, &fresh);
+  if (r == NULL) return NULL;
+  memcpy(r, p, old);
+  hm_large_free(p);
+  return r;
+}
+
+void *hm_large_realloc(void *p, size_t n) {
+  span_t *s = span_at(p, SPAN_USED);
+  if (s == NULL) hm_fatal("invalid realloc", p, "not the start of a large block");
+  if (n <= SMALL_MAX) {
+    /* Below the lane: move to the Pool (at most SMALL_MAX bytes copied)
+     * and free the span; keep it in place if the Pool has no memory. */
+    int saved = errno;
+    void *q = hm_malloc(n);
+    if (q == NULL) {
+      errno = saved;
+      return p;
+    }
+    memcpy(q, p, n);
+    hm_large_free(p);
+    return q;
+  }
+  if (n > ACE_LIMIT - PAGE_SIZE_) return fail("Threshold", n, 0, ENOMEM);
+  size_t len = span_len_for(n);
+  if (len > s->len) return large_grow(s, n, len);
+  if (len < s->len) { /* shrink in place: the whole chunks past the end go to the cache */
+    span_t *list = NULL;
+    pthread_mutex_lock(&ace_lock);
+    span_split(s, len, hm_now_ns(), &list);
+    pthread_mutex_unlock(&ace_lock);
+    unmap_list(list);
+  }
+  return p;
+}
+
+void hm_large_fork_prepare(void) { pthread_mutex_lock(&ace_lock); }
+void hm_large_fork_parent(void) { pthread_mutex_unlock(&ace_lock); }
+void hm_large_fork_child(void) { pthread_mutex_init(&ace_lock, NULL); }
