@@ -40,6 +40,7 @@
 #define ACE_CAP_MAX 256                       /* per length */
 #define ACE_EPOCH_NS 1000000000ull            /* capacity of unused lengths decays */
 #define ACE_ALIGN_SCAN 16                     /* cached spans looked at for an aligned request */
+#define ACE_REFILL ((size_t)16 << 20)         /* a miss for a short span maps this much */
 #define ACE_LIMIT ((size_t)1 << REG_ADDR_BITS) /* larger requests: Threshold */
 
 enum { SPAN_NONE = 0, SPAN_USED = 1, SPAN_CACHED = 2 };
@@ -99,7 +100,17 @@ typedef struct leaves {
 } leaves_t;
 
 static void *spare_leaves; /* leaves handed back, for the next caller */
+
+/* Leaves a span of len bytes may need, wherever the OS puts it. */
 static size_t leaves_for(size_t len) { return (len >> (SS_SHIFT + LEAF_BITS)) + 2; }
+
+/* Leaves [p, p+len) lacks. */
+static size_t leaves_missing(const char *p, size_t len) {
+  size_t n = 0;
+  for (uintptr_t t = chunk_of(p) >> LEAF_BITS; t <= chunk_of(p + len - 1) >> LEAF_BITS; t++)
+    n += atomic_load_explicit(&dir[t], memory_order_acquire) == NULL;
+  return n;
+}
 
 static void leaf_push(void **chain, void *leaf) {
   *(void **)leaf = *chain;
@@ -113,17 +124,17 @@ static void *leaf_pop(void **chain) {
   return leaf;
 }
 
-/* Lock not held. */
-static bool leaves_claim(leaves_t *l, size_t len) {
+/* Take `want` leaves. Lock not held. */
+static bool leaves_claim(leaves_t *l, size_t want) {
   l->chain = NULL;
   l->n = 0;
   pthread_mutex_lock(&ace_lock);
-  while (l->n < leaves_for(len) && spare_leaves != NULL) {
+  while (l->n < want && spare_leaves != NULL) {
     leaf_push(&l->chain, leaf_pop(&spare_leaves));
     l->n++;
   }
   pthread_mutex_unlock(&ace_lock);
-  while (l->n < leaves_for(len)) {
+  while (l->n < want) {
     void *leaf = hm_meta_alloc(LEAF_BYTES); /* fresh metadata memory reads zero */
     if (leaf == NULL) {
       pthread_mutex_lock(&ace_lock);
@@ -381,35 +392,46 @@ static char *map_span(size_t len, size_t align) {
   return p;
 }
 
-static void *ace_alloc(size_t n, size_t align, bool *fresh) {
-  if (align < PAGE_SIZE_) align = PAGE_SIZE_; /* every span is page aligned */
-  if (align >= ACE_LIMIT || n > ACE_LIMIT - align) return fail("Threshold", n, align, ENOMEM);
+static void *ace_alloc(size_t n, size_t asked_align, bool *fresh) {
+  size_t align = asked_align < PAGE_SIZE_ ? PAGE_SIZE_ : asked_align; /* every span is page aligned */
+  if (align >= ACE_LIMIT || n > ACE_LIMIT - align) return fail("Threshold", n, asked_align, ENOMEM);
   size_t len = span_len_for(n);
   span_t *list = NULL, *s = NULL;
   uint64_t now = hm_now_ns();
   pthread_mutex_lock(&ace_lock);
   if (align <= SS_SIZE) s = cache_take(len, align, now, &list);
   bool had_cache = cache_bytes != 0;
+  /* A short span is refilled ACE_REFILL at a time, the rest cached (clean
+   * memory): the next misses, and growing the block in place, need no
+   * system call. */
+  size_t map = len;
+  if (len <= ACE_REFILL / 2 && align <= SS_SIZE && cache_bytes + ACE_REFILL - len <= max_cached()) map = ACE_REFILL;
   pthread_mutex_unlock(&ace_lock);
   unmap_list(list);
+  list = NULL;
   if (s != NULL) {
     *fresh = false;
     return s->base;
   }
   leaves_t l;
-  if (!leaves_claim(&l, len)) return fail_refused(had_cache, n, align, ENOMEM);
-  char *p = map_span(len, align);
+  if (!leaves_claim(&l, leaves_for(map))) return fail_refused(had_cache, n, asked_align, ENOMEM);
+  char *p = map_span(map, align);
+  if (p == NULL && map != len) p = map_span(map = len, align);
   int err = errno;
-  if (p != NULL && (uintptr_t)p + len > ACE_LIMIT) { /* beyond the registry */
-    hm_os_unmap(p, len);
+  if (p != NULL && (uintptr_t)p + map > ACE_LIMIT) { /* beyond the registry */
+    hm_os_unmap(p, map);
     p = NULL;
     err = ENOMEM;
   }
   pthread_mutex_lock(&ace_lock);
-  leaves_install(p, len, &l);
-  if (p != NULL) span_record(p, len, SPAN_USED);
+  leaves_install(p, map, &l);
+  if (p != NULL) {
+    s = span_record(p, map, SPAN_USED);
+    if (map > len) span_split(s, len, hm_now_ns(), &list);
+  }
   pthread_mutex_unlock(&ace_lock);
-  if (p == NULL) return fail_refused(had_cache, n, align, err);
+  unmap_list(list);
+  if (p == NULL) return fail_refused(had_cache, n, asked_align, err);
   *fresh = true;
   return p;
 }
@@ -515,8 +537,10 @@ static void *large_grow(span_t *s, size_t n, size_t len) {
   pthread_mutex_unlock(&ace_lock);
   unmap_list(list);
   if (done) return p;
+  /* (leaves claimed for the range in hand first: an allocation of leaves
+   * could take the free range after the span) */
   leaves_t l;
-  if (!leaves_claim(&l, len)) return fail_refused(had_cache, n, 0, ENOMEM);
+  if (!leaves_claim(&l, leaves_missing(p, len))) return fail_refused(had_cache, n, 0, ENOMEM);
   if (next_free && hm_os_remap(p, old, len, false) != NULL) {
     pthread_mutex_lock(&ace_lock);
     leaves_install(p, len, &l);
@@ -527,6 +551,10 @@ static void *large_grow(span_t *s, size_t n, size_t len) {
   }
   /* Move: the OS moves the pages, nothing is copied. The span leaves the
    * registry first, so that nothing of ours claims the range it vacates. */
+  pthread_mutex_lock(&ace_lock);
+  leaves_install(NULL, 0, &l);
+  pthread_mutex_unlock(&ace_lock);
+  if (!leaves_claim(&l, leaves_for(len))) return fail_refused(had_cache, n, 0, ENOMEM);
   pthread_mutex_lock(&ace_lock);
   s->state = SPAN_NONE;
   reg_unmark(s);

@@ -31,9 +31,14 @@
 #define SS_MAX_SLABS 32
 #define PAGE_SIZE_ 4096
 
-#define NUM_CLASSES 96
 #define TINY_MAX 1024                     /* Tiny lane: <= 1 KiB */
-#define SMALL_MAX ((size_t)256 * 1024)    /* largest size served from slabs */
+/* The Pool limit: the largest size served from slabs; above it, the large
+ * lane (ace.c). Chosen by measurement (docs/DESIGN.md); 18, 19 or 20. */
+#ifndef HM_POOL_SHIFT
+#define HM_POOL_SHIFT 18
+#endif
+#define SMALL_MAX ((size_t)1 << HM_POOL_SHIFT)
+#define NUM_CLASSES (16 + 8 * (HM_POOL_SHIFT - 8))
 
 /* Slab kinds: one slab size per SuperSlab, chosen by the block size so that
  * every slab holds at least 7 blocks. */
