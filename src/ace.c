@@ -40,7 +40,8 @@
 #define ACE_CAP_MAX 256                       /* per length */
 #define ACE_EPOCH_NS 1000000000ull            /* capacity of unused lengths decays */
 #define ACE_ALIGN_SCAN 16                     /* cached spans looked at for an aligned request */
-#define ACE_REFILL ((size_t)16 << 20)         /* a miss for a short span maps this much */
+#define ACE_REFILL_MIN ((size_t)16 << 20)     /* a miss for a short span maps at least this */
+#define ACE_REFILL_MAX ((size_t)ACE_BUCKETS << SS_SHIFT) /* the rest fits a bucket */
 #define ACE_LIMIT ((size_t)1 << REG_ADDR_BITS) /* larger requests: Threshold */
 
 enum { SPAN_NONE = 0, SPAN_USED = 1, SPAN_CACHED = 2 };
@@ -70,6 +71,7 @@ static pthread_mutex_t ace_lock = PTHREAD_MUTEX_INITIALIZER;
 static span_t *_Atomic dir[DIR_SIZE];
 static bucket_t buckets[ACE_BUCKETS + 1]; /* index: length in chunks */
 static size_t cache_bytes;
+static _Atomic size_t mapped_bytes;     /* all spans, used and cached */
 static uint64_t next_epoch_ns;
 
 static uintptr_t chunk_of(const void *p) { return (uintptr_t)p >> SS_SHIFT; }
@@ -209,6 +211,27 @@ static span_t *span_record(char *p, size_t len, uint32_t st) {
 
 /* ---- the cache (lock held) -------------------------------------------------- */
 
+#ifdef HAKMEM_DEBUG
+/* Every listed span is cached, in the bucket of its length, registered;
+ * counts and bytes add up. */
+static void cache_check(void) {
+  size_t bytes = 0;
+  for (unsigned k = 1; k <= ACE_BUCKETS; k++) {
+    uint32_t n = 0;
+    for (span_t *s = buckets[k].head; s != NULL; s = s->next, n++) {
+      HM_ASSERT(s->state == SPAN_CACHED && s->len == (size_t)k << SS_SHIFT);
+      HM_ASSERT(span_at(s->base, SPAN_CACHED) == s);
+      HM_ASSERT(s->next != NULL || buckets[k].tail == s);
+      bytes += s->len;
+    }
+    HM_ASSERT(n == buckets[k].count);
+  }
+  HM_ASSERT(bytes == cache_bytes);
+}
+#else
+#define cache_check() ((void)0)
+#endif
+
 static void cache_push(span_t *s, uint64_t freed_ns) {
   bucket_t *b = &buckets[s->len >> SS_SHIFT];
   s->state = SPAN_CACHED;
@@ -250,13 +273,16 @@ static size_t unmap_list(span_t *s) {
     char *base = s->base;
     size_t len = s->len;
     bytes += len;
+    atomic_fetch_sub_explicit(&mapped_bytes, len, memory_order_relaxed);
     hm_os_unmap(base, len); /* from here on the slot may be reused */
     s = next;
   }
   return bytes;
 }
 
-/* Unmap the oldest cached spans until the cache is within its bound. */
+/* Unmap the oldest cached memory until the cache is within its bound:
+ * whole spans, or the end of one when that is enough (a span coalesced
+ * from many must not take them all with it). */
 static void cache_trim(span_t **list) {
   size_t max = max_cached();
   while (cache_bytes > max) {
@@ -265,8 +291,50 @@ static void cache_trim(span_t **list) {
       span_t *t = buckets[k].tail;
       if (t != NULL && (oldest == NULL || t->freed_ns < oldest->freed_ns)) oldest = t;
     }
-    doom(oldest, list);
+    size_t cut = (cache_bytes - max + SS_MASK) & ~(size_t)SS_MASK;
+    if (cut < oldest->len) {
+      cache_unlink(oldest);
+      oldest->len -= cut;
+      doom(span_record(oldest->base + oldest->len, cut, SPAN_USED), list);
+      cache_push(oldest, oldest->freed_ns);
+    } else {
+      doom(oldest, list);
+    }
   }
+}
+
+/* The live span that ends exactly at x, if any: the last span starting
+ * before x; the chunks it passes through are TAIL. */
+static span_t *span_ending_at(const char *x) {
+  uintptr_t c = chunk_of(x - 1);
+  for (unsigned walked = 0; walked <= ACE_BUCKETS; walked++, c--) {
+    span_t *s = slot(c);
+    if (s != NULL && s->state != SPAN_NONE && s->base < x) return s->base + s->len == x ? s : NULL;
+    if (c == 0 || (hm_registry[c] != REG_LARGE_TAIL && hm_registry[c] != REG_LARGE_HEAD)) return NULL;
+  }
+  return NULL;
+}
+
+/* Merge s (leaving the cache's lists, not yet in them) with the cached
+ * spans right before and after it, as far as a bucket holds: free memory
+ * stays in as few spans as possible, so any length can be split from it. */
+static span_t *coalesce(span_t *s) {
+  span_t *n = span_at(s->base + s->len, SPAN_CACHED);
+  if (n != NULL && (s->len + n->len) >> SS_SHIFT <= ACE_BUCKETS) {
+    cache_unlink(n);
+    n->state = SPAN_NONE;
+    s->len += n->len;
+  }
+  span_t *p = span_ending_at(s->base);
+  if (p != NULL && p->state == SPAN_CACHED && (p->len + s->len) >> SS_SHIFT <= ACE_BUCKETS) {
+    cache_unlink(p);
+    s->state = SPAN_NONE;
+    p->len += s->len;
+    s = p;
+  }
+  s->state = SPAN_CACHED;
+  reg_mark(s);
+  return s;
 }
 
 /* Keep a span that no block uses: always if `spare` (the rest of a split
@@ -274,32 +342,34 @@ static void cache_trim(span_t **list) {
 static void cache_put(span_t *s, uint64_t now, bool spare, span_t **list) {
   size_t k = s->len >> SS_SHIFT;
   if (k <= ACE_BUCKETS && s->len <= max_cached() && (spare || buckets[k].count < buckets[k].cap)) {
-    cache_push(s, now);
+    cache_push(coalesce(s), now);
     cache_trim(list);
   } else {
     doom(s, list);
   }
+  cache_check();
 }
 
-/* Cut s to len bytes; the rest becomes a spare span in the cache. */
+/* Cut s to len bytes; the rest becomes a spare span in the cache (it is
+ * recorded as in use, i.e. on no list, until cache_put lists it). */
 static void span_split(span_t *s, size_t len, uint64_t freed_ns, span_t **list) {
   size_t rest = s->len - len;
   s->len = len;
-  span_t *r = span_record(s->base + len, rest, SPAN_CACHED);
+  span_t *r = span_record(s->base + len, rest, SPAN_USED);
   cache_put(r, freed_ns, true, list);
 }
 
-/* Once per epoch: halve the capacity of every length nobody asked for. */
-static void cache_decay(uint64_t now, span_t **list) {
+/* Once per epoch: halve the capacity of every length nobody asked for,
+ * so that fewer of its spans are kept when freed. The spans already cached
+ * stay: they go when idle (hm_large_release), at the byte bound, or at
+ * malloc_trim; coalesced and split-off spans sit in lengths nobody asks
+ * for by name. */
+static void cache_decay(uint64_t now) {
   if (now < next_epoch_ns) return;
   if (next_epoch_ns != 0) {
     for (unsigned k = 1; k <= ACE_BUCKETS; k++) {
-      bucket_t *b = &buckets[k];
-      if (!b->wanted) {
-        b->cap /= 2;
-        while (b->count > b->cap) doom(b->tail, list);
-      }
-      b->wanted = false;
+      if (!buckets[k].wanted) buckets[k].cap /= 2;
+      buckets[k].wanted = false;
     }
   }
   next_epoch_ns = now + ACE_EPOCH_NS;
@@ -323,8 +393,11 @@ static span_t *cache_take(size_t len, size_t align, uint64_t now, span_t **list)
     if (b->cap < ACE_CAP_MAX) b->cap++; /* a miss: keep one more of these */
     /* a longer span split for it is a miss of that length too: spans come
      * back longer than they left when realloc grows them */
-    for (size_t j = k + 1; j <= ACE_BUCKETS && s == NULL; j++)
-      if ((s = bucket_find(&buckets[j], align)) != NULL && buckets[j].cap < ACE_CAP_MAX) buckets[j].cap++;
+    for (size_t j = k + 1; j <= ACE_BUCKETS && s == NULL; j++) {
+      if ((s = bucket_find(&buckets[j], align)) == NULL) continue;
+      buckets[j].wanted = true;
+      if (buckets[j].cap < ACE_CAP_MAX) buckets[j].cap++;
+    }
     if (s == NULL) return NULL;
   }
   cache_unlink(s);
@@ -401,11 +474,15 @@ static void *ace_alloc(size_t n, size_t asked_align, bool *fresh) {
   pthread_mutex_lock(&ace_lock);
   if (align <= SS_SIZE) s = cache_take(len, align, now, &list);
   bool had_cache = cache_bytes != 0;
-  /* A short span is refilled ACE_REFILL at a time, the rest cached (clean
-   * memory): the next misses, and growing the block in place, need no
-   * system call. */
+  /* A short span is refilled with an eighth of what the lane holds (16 to
+   * 64 MiB), the rest cached (clean memory): the next misses, and growing
+   * the block in place, need no system call, and a working set that
+   * fluctuates finds its peaks provided for. */
   size_t map = len;
-  if (len <= ACE_REFILL / 2 && align <= SS_SIZE && cache_bytes + ACE_REFILL - len <= max_cached()) map = ACE_REFILL;
+  size_t refill = atomic_load_explicit(&mapped_bytes, memory_order_relaxed) / 8;
+  refill = refill < ACE_REFILL_MIN ? ACE_REFILL_MIN : refill > ACE_REFILL_MAX ? ACE_REFILL_MAX : refill;
+  refill &= ~(size_t)SS_MASK;
+  if (len <= refill / 2 && align <= SS_SIZE && cache_bytes + refill - len <= max_cached()) map = refill;
   pthread_mutex_unlock(&ace_lock);
   unmap_list(list);
   list = NULL;
@@ -423,6 +500,7 @@ static void *ace_alloc(size_t n, size_t asked_align, bool *fresh) {
     p = NULL;
     err = ENOMEM;
   }
+  if (p != NULL) atomic_fetch_add_explicit(&mapped_bytes, map, memory_order_relaxed);
   pthread_mutex_lock(&ace_lock);
   leaves_install(p, map, &l);
   if (p != NULL) {
@@ -463,7 +541,7 @@ void hm_large_free(void *p) {
     if (twice) hm_fatal("double free", p, "large block already freed");
     hm_fatal("invalid free", p, "not the start of a large block");
   }
-  cache_decay(now, &list);
+  cache_decay(now);
   cache_put(s, now, false, &list);
   pthread_mutex_unlock(&ace_lock);
   unmap_list(list);
@@ -542,6 +620,7 @@ static void *large_grow(span_t *s, size_t n, size_t len) {
   leaves_t l;
   if (!leaves_claim(&l, leaves_missing(p, len))) return fail_refused(had_cache, n, 0, ENOMEM);
   if (next_free && hm_os_remap(p, old, len, false) != NULL) {
+    atomic_fetch_add_explicit(&mapped_bytes, len - old, memory_order_relaxed);
     pthread_mutex_lock(&ace_lock);
     leaves_install(p, len, &l);
     s->len = len;
@@ -561,6 +640,7 @@ static void *large_grow(span_t *s, size_t n, size_t len) {
   pthread_mutex_unlock(&ace_lock);
   char *q = remap(p, old, len, true);
   int err = errno;
+  if (q != NULL) atomic_fetch_add_explicit(&mapped_bytes, len - old, memory_order_relaxed);
   if (q != NULL && (uintptr_t)q + len > ACE_LIMIT) hm_fatal("realloc", q, "mremap moved a block beyond the registry");
   pthread_mutex_lock(&ace_lock);
   leaves_install(q, len, &l);

@@ -17,10 +17,8 @@
 
 #include "hakmem.h"
 
-static size_t os_calls(void) {
-  struct hak_os_stats s;
-  hak_os_stats_get(&s);
-  return s.mmap_calls + s.munmap_calls + s.madvise_calls + s.mremap_calls;
+static size_t os_calls(const struct hak_os_stats *s) {
+  return s->mmap_calls + s->munmap_calls + s->madvise_calls + s->mremap_calls;
 }
 
 static void run(unsigned char **slots, size_t ws, size_t min, size_t max, size_t ops, tc_rng *r) {
@@ -53,12 +51,16 @@ int main(int argc, char **argv) {
   tc_rng r = {42};
   size_t warm = ws * 20 > 2000000 ? ws * 20 : 2000000;
   run(slots, ws, min, max, warm, &r);
-  size_t before = os_calls();
+  struct hak_os_stats a, b;
+  hak_os_stats_get(&a);
   run(slots, ws, min, max, ops, &r);
-  size_t calls = os_calls() - before;
+  hak_os_stats_get(&b);
+  size_t calls = os_calls(&b) - os_calls(&a);
   size_t budget = ops / 100000000;
-  printf("ws %zu sizes %zu..%zu: %zu OS calls in %zu operations after %zu of warm-up (budget %zu)\n", ws, min, max,
-         calls, ops, warm, budget);
+  printf("ws %zu sizes %zu..%zu: %zu OS calls (mmap %zu munmap %zu madvise %zu mremap %zu) in %zu operations "
+         "after %zu of warm-up (budget %zu)\n",
+         ws, min, max, calls, b.mmap_calls - a.mmap_calls, b.munmap_calls - a.munmap_calls,
+         b.madvise_calls - a.madvise_calls, b.mremap_calls - a.mremap_calls, ops, warm, budget);
   CHECK(calls <= budget, "%zu mmap/munmap/madvise/mremap calls in %zu steady-state operations (budget %zu)", calls,
         ops, budget);
   for (size_t i = 0; i < ws; i++) free(slots[i]);
