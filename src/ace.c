@@ -280,11 +280,14 @@ static size_t unmap_list(span_t *s) {
   return bytes;
 }
 
-/* Unmap the oldest cached memory until the cache is within its bound:
+/* Over its bound, unmap the oldest cached memory down to 7/8 of the bound
+ * (so that a workload hovering at the bound makes few, larger calls):
  * whole spans, or the end of one when that is enough (a span coalesced
  * from many must not take them all with it). */
 static void cache_trim(span_t **list) {
   size_t max = max_cached();
+  if (cache_bytes <= max) return;
+  max -= max / 8;
   while (cache_bytes > max) {
     span_t *oldest = NULL;
     for (unsigned k = 1; k <= ACE_BUCKETS; k++) {

@@ -301,7 +301,8 @@ static void test_trim(void) {
   CHECK(d_mmap() == 1, "after malloc_trim a large block still came from the cache");
 }
 
-/* HAKMEM_ACE_MAX_MB=8 (set by ctest): six 4 MiB spans freed, two kept. */
+/* HAKMEM_ACE_MAX_MB=8 (set by ctest): of six 4 MiB spans freed, at most
+ * 8 MiB stay cached (and some do), and only that much is reused. */
 static void test_bound(void) {
   const char *v = getenv("HAKMEM_ACE_MAX_MB");
   if (v == NULL || strcmp(v, "8") != 0) FAILF("run with HAKMEM_ACE_MAX_MB=8");
@@ -310,15 +311,19 @@ static void test_bound(void) {
   for (int i = 0; i < 6; i++) CHECK((p[i] = malloc(3 * MiB)) != NULL, "malloc");
   struct hak_os_stats a, b;
   hak_os_stats_get(&a);
-  for (int i = 0; i < 6; i++) free(p[i]);
-  hak_os_stats_get(&b);
-  CHECK(b.munmap_calls - a.munmap_calls == 4, "freeing six 4 MiB spans under an 8 MiB bound: %zu munmap, expected 4",
-        b.munmap_calls - a.munmap_calls);
-  CHECK(a.committed_bytes - b.committed_bytes == 16 * MiB, "committed fell by %zu KiB, expected 16 MiB",
-        (a.committed_bytes - b.committed_bytes) / 1024);
+  for (int i = 0; i < 6; i++) {
+    free(p[i]);
+    hak_os_stats_get(&b);
+    size_t cached = (size_t)(i + 1) * 4 * MiB - (a.committed_bytes - b.committed_bytes);
+    CHECK(cached <= 8 * MiB, "%zu KiB cached after %d frees, bound 8 MiB", cached / 1024, i + 1);
+  }
+  size_t cached = 24 * MiB - (a.committed_bytes - b.committed_bytes);
+  CHECK(cached >= 4 * MiB, "only %zu KiB cached", cached / 1024);
+  CHECK(b.munmap_calls > a.munmap_calls, "no span was unmapped");
   mark();
   for (int i = 0; i < 6; i++) p[i] = malloc(3 * MiB);
-  CHECK(d_mmap() == 4, "re-allocating six: %zu mmap, expected 4 (two from the cache)", d_mmap());
+  CHECK(d_mmap() == 6 - cached / (4 * MiB), "re-allocating six with %zu KiB cached: %zu mmap", cached / 1024,
+        d_mmap());
   for (int i = 0; i < 6; i++) free(p[i]);
 }
 
