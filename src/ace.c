@@ -318,18 +318,25 @@ static span_t *span_ending_at(const char *x) {
   return NULL;
 }
 
+/* May cached span c, freed at c->freed_ns, merge with s (freed at now)? If
+ * a bucket holds the two, and c was freed in the last epoch: an idle span
+ * stays apart, so that its age still tells when to give it back. */
+static bool mergeable(const span_t *c, const span_t *s, uint64_t now) {
+  return c != NULL && (s->len + c->len) >> SS_SHIFT <= ACE_BUCKETS && now - c->freed_ns < ACE_EPOCH_NS;
+}
+
 /* Merge s (leaving the cache's lists, not yet in them) with the cached
- * spans right before and after it, as far as a bucket holds: free memory
- * stays in as few spans as possible, so any length can be split from it. */
-static span_t *coalesce(span_t *s) {
+ * spans right before and after it: free memory stays in as few spans as
+ * possible, so any length can be split from it. */
+static span_t *coalesce(span_t *s, uint64_t now) {
   span_t *n = span_at(s->base + s->len, SPAN_CACHED);
-  if (n != NULL && (s->len + n->len) >> SS_SHIFT <= ACE_BUCKETS) {
+  if (mergeable(n, s, now)) {
     cache_unlink(n);
     n->state = SPAN_NONE;
     s->len += n->len;
   }
   span_t *p = span_ending_at(s->base);
-  if (p != NULL && p->state == SPAN_CACHED && (p->len + s->len) >> SS_SHIFT <= ACE_BUCKETS) {
+  if (p != NULL && p->state == SPAN_CACHED && mergeable(p, s, now)) {
     cache_unlink(p);
     s->state = SPAN_NONE;
     p->len += s->len;
@@ -345,7 +352,7 @@ static span_t *coalesce(span_t *s) {
 static void cache_put(span_t *s, uint64_t now, bool spare, span_t **list) {
   size_t k = s->len >> SS_SHIFT;
   if (k <= ACE_BUCKETS && s->len <= max_cached() && (spare || buckets[k].count < buckets[k].cap)) {
-    cache_push(coalesce(s), now);
+    cache_push(coalesce(s, now), now);
     cache_trim(list);
   } else {
     doom(s, list);

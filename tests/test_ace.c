@@ -10,6 +10,8 @@
  *               shrink in place, shrink into the Pool, Pool -> large
  *   aligned     alignments 8 KiB .. 32 MiB
  *   trim        malloc_trim(0) gives every cached span back
+ *   release     hm_large_release(min_idle) gives back only spans idle that
+ *               long (what the purger calls)
  *   bound       HAKMEM_ACE_MAX_MB is honoured (run with the variable set)
  *   trace       HAKMEM_ACE_TRACE=1 lines for Threshold, MapFail (RLIMIT_AS),
  *               Exhaustion, a failed realloc, and none for successes
@@ -301,6 +303,40 @@ static void test_trim(void) {
   CHECK(d_mmap() == 1, "after malloc_trim a large block still came from the cache");
 }
 
+static void test_release(void) {
+  malloc_trim(0);
+  /* longer than a refill's half: each mapped exactly; sep keeps old and
+   * young apart */
+  char *old = malloc(20 * MiB), *sep = malloc(10 * MiB), *young = malloc(40 * MiB);
+  CHECK(old && sep && young, "malloc");
+  free(old);
+  usleep(300 * 1000);
+  free(young);
+  struct hak_os_stats a, b;
+  hak_os_stats_get(&a);
+  size_t got = hm_large_release(200ull * 1000 * 1000);
+  hak_os_stats_get(&b);
+  CHECK(got == 20 * MiB, "release(200 ms) gave back %zu KiB, expected the 20 MiB span idle for 300 ms", got / 1024);
+  CHECK(a.committed_bytes - b.committed_bytes == 20 * MiB, "committed fell by %zu KiB",
+        (a.committed_bytes - b.committed_bytes) / 1024);
+  got = hm_large_release(0);
+  CHECK(got >= 40 * MiB, "release(0) gave back %zu KiB, the 40 MiB span is cached", got / 1024);
+  CHECK(hm_large_release(0) == 0, "a second release(0) found more");
+  free(sep);
+  malloc_trim(0);
+  /* neighbours freed more than an epoch (1 s) apart are not merged: the
+   * idle one keeps its age */
+  char *x = malloc(20 * MiB), *y = malloc(20 * MiB);
+  CHECK(x && y && (x == y + 20 * MiB || y == x + 20 * MiB), "two 20 MiB spans not adjacent: %p %p", (void *)x,
+        (void *)y);
+  free(x);
+  usleep(1200 * 1000);
+  free(y);
+  got = hm_large_release(1000ull * 1000 * 1000);
+  CHECK(got == 20 * MiB, "release(1 s) gave back %zu KiB: the idle span was merged with a fresh one", got / 1024);
+  malloc_trim(0);
+}
+
 /* HAKMEM_ACE_MAX_MB=8 (set by ctest): of six 4 MiB spans freed, at most
  * 8 MiB stay cached (and some do), and only that much is reused. */
 static void test_bound(void) {
@@ -520,7 +556,7 @@ int main(int argc, char **argv) {
     const char *name;
     void (*fn)(void);
   } parts[] = {{"boundaries", test_boundaries}, {"cache", test_cache},   {"realloc", test_realloc},
-               {"aligned", test_aligned},       {"trim", test_trim},     {"trace", test_trace},
+               {"aligned", test_aligned},       {"trim", test_trim},     {"release", test_release}, {"trace", test_trace},
                {"invalid", test_invalid},       {"threads", test_threads}, {"bound", test_bound}};
   int ran = 0;
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
