@@ -19,12 +19,14 @@
  *
  * The cache: one list of free spans per length in chunks (1..ACE_BUCKETS),
  * newest first. A request takes the newest span of its length, else splits
- * a longer one, else maps a new span (a "miss", which raises the length's
- * capacity by one). A freed span is kept if its length is below capacity
- * and the cache stays within HAKMEM_ACE_MAX_MB (older spans are unmapped to
- * make room); a length that saw no request for a whole epoch (1 s) has its
- * capacity halved and its excess spans unmapped. hm_large_release gives back
+ * a longer one, else maps (a "miss", which raises the length's capacity by
+ * one; a short span is mapped as part of a larger refill whose rest is
+ * cached). A freed span is kept if its length is below capacity, merged
+ * with cached neighbours freed in the same epoch; over HAKMEM_ACE_MAX_MB
+ * the oldest cached memory is unmapped. A length nobody asked for during
+ * an epoch (1 s) has its capacity halved. hm_large_release gives back
  * spans idle for a given time (the purger, malloc_trim, out-of-memory).
+ * docs/DESIGN.md has the measurements behind the constants.
  *
  * Locking: one mutex, a leaf lock: no OS call that can take the backend's
  * lock (hm_os_map, hm_meta_alloc) is made while holding it, because the
@@ -418,7 +420,12 @@ static span_t *cache_take(size_t len, size_t align, uint64_t now, span_t **list)
 
 /* ---- failures --------------------------------------------------------------- */
 
-static void write_size(const char *key, size_t v) {
+/* Append text / the decimal v to the line at *at (within end). */
+static void put_str(char **at, char *end, const char *text) {
+  while (*text != '\0' && *at < end) *(*at)++ = *text++;
+}
+
+static void put_dec(char **at, char *end, size_t v) {
   char buf[24];
   int i = (int)sizeof buf - 1;
   buf[i] = '\0';
@@ -426,26 +433,32 @@ static void write_size(const char *key, size_t v) {
     buf[--i] = (char)('0' + v % 10);
     v /= 10;
   } while (v != 0);
-  hm_write_str(key);
-  hm_write_str(buf + i);
+  put_str(at, end, buf + i);
 }
 
-/* HAKMEM_ACE_TRACE=1: one line per failed large allocation. Sets errno to
- * ENOMEM. Never allocates. */
+/* HAKMEM_ACE_TRACE=1: one line per failed large allocation, written at
+ * once (lines of threads failing together do not mix), without allocating.
+ * Sets errno to ENOMEM. */
 static void *fail(const char *reason, size_t n, size_t align, int err) {
   if (hm_opt[HM_OPT_ACE_TRACE]) {
-    char num[24];
-    hm_write_str("hakmem: ace: ");
-    hm_write_str(reason);
-    write_size(" size=", n);
-    if (align > 16) write_size(" align=", align);
-    hm_format_dec(num, err);
-    hm_write_str(" errno=");
-    hm_write_str(num);
-    hm_write_str(" (");
+    char line[256], *at = line, *end = line + sizeof line - 2;
+    put_str(&at, end, "hakmem: ace: ");
+    put_str(&at, end, reason);
+    put_str(&at, end, " size=");
+    put_dec(&at, end, n);
+    if (align > 16) {
+      put_str(&at, end, " align=");
+      put_dec(&at, end, align);
+    }
+    put_str(&at, end, " errno=");
+    put_dec(&at, end, (size_t)err);
+    put_str(&at, end, " (");
     const char *text = strerrordesc_np(err);
-    hm_write_str(text != NULL ? text : "unknown error");
-    hm_write_str(")\n");
+    put_str(&at, end, text != NULL ? text : "unknown error");
+    put_str(&at, end, ")");
+    *at++ = '\n';
+    *at = '\0';
+    hm_write_str(line);
   }
   errno = ENOMEM;
   return NULL;
