@@ -60,9 +60,7 @@ void *hak_calloc(size_t nmemb, size_t size) {
     if (p != NULL) memset(p, 0, n);
     return p;
   }
-  hm_ensure_init();
-  if (hm_force_libc) return __libc_calloc(nmemb, size);
-  return hm_large_alloc(n, 0); /* fresh mappings are zero */
+  return hm_large_calloc(n);
 }
 
 void *hak_realloc(void *p, size_t n) {
@@ -71,6 +69,8 @@ void *hak_realloc(void *p, size_t n) {
     hm_free(p);
     return NULL;
   }
+  unsigned k = hm_reg_kind((uintptr_t)p);
+  if (k == REG_LARGE_HEAD || k == REG_LARGE_TAIL) return hm_large_realloc(p, n);
   size_t old = usable_size(p);
   if (old == 0) {
     hm_ensure_init();
@@ -159,9 +159,11 @@ int hak_malloc_trim(size_t pad) {
     return libc_trim != NULL ? libc_trim(pad) : 0;
   }
   (void)pad;
-  /* Unmaps empty SuperSlabs, exited threads' included; purging inside live
-   * ones comes with the purge policy (large-lane issue). */
+  /* Unmaps empty SuperSlabs, exited threads' included, and the large
+   * lane's cached spans; purging inside live ones comes with the purge
+   * policy (large-lane issue). */
   hm_heap_flush_foreign(hm_tls_heap);
   hm_heap_reclaim_abandoned();
-  return hm_backend_release_cached() != 0;
+  size_t released = hm_backend_release_cached();
+  return released + hm_large_release(0) != 0;
 }

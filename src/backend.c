@@ -59,7 +59,7 @@ size_t hm_backend_release_cached(void) {
  * and the mapping tried once more. */
 static void *os_map_retry(size_t len, bool locked) {
   void *p = os_map_once(len);
-  if (p == NULL && (locked ? release_cached_locked() : hm_backend_release_cached()) != 0) p = os_map_once(len);
+  if (p == NULL && (locked ? release_cached_locked() : hm_backend_release_cached()) + hm_large_release(0) != 0) p = os_map_once(len);
   return p;
 }
 

@@ -15,12 +15,15 @@ _Atomic int hm_init_state;
 static void fork_prepare(void) {
   hm_heap_fork_prepare();
   hm_backend_fork_prepare();
+  hm_large_fork_prepare(); /* after the backend's: its OOM retry takes the lane's lock */
 }
 static void fork_parent(void) {
+  hm_large_fork_parent();
   hm_backend_fork_parent();
   hm_heap_fork_parent();
 }
 static void fork_child(void) {
+  hm_large_fork_child();
   hm_backend_fork_child();
   hm_heap_fork_child();
 }

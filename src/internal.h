@@ -31,9 +31,14 @@
 #define SS_MAX_SLABS 32
 #define PAGE_SIZE_ 4096
 
-#define NUM_CLASSES 96
 #define TINY_MAX 1024                     /* Tiny lane: <= 1 KiB */
-#define SMALL_MAX ((size_t)256 * 1024)    /* largest size served from slabs */
+/* The Pool limit: the largest size served from slabs; above it, the large
+ * lane (ace.c). Chosen by measurement (docs/DESIGN.md); 18, 19 or 20. */
+#ifndef HM_POOL_SHIFT
+#define HM_POOL_SHIFT 18
+#endif
+#define SMALL_MAX ((size_t)1 << HM_POOL_SHIFT)
+#define NUM_CLASSES (16 + 8 * (HM_POOL_SHIFT - 8))
 
 /* Slab kinds: one slab size per SuperSlab, chosen by the block size so that
  * every slab holds at least 7 blocks. */
@@ -271,10 +276,15 @@ HM_HIDDEN size_t hm_backend_cached_bytes(void);
 HM_HIDDEN size_t hm_os_purged_bytes(void);
 /* heap.c, for the report: bytes in blocks handed out, per slab lane */
 HM_HIDDEN void hm_ss_in_use(superslab_t *ss, size_t in_use[2]);
-/* large.c */
+/* ace.c (the large lane) */
 HM_HIDDEN void *hm_large_alloc(size_t n, size_t align);
+HM_HIDDEN void *hm_large_calloc(size_t n);
+HM_HIDDEN void *hm_large_realloc(void *p, size_t n);
 HM_HIDDEN void hm_large_free(void *p);
 HM_HIDDEN size_t hm_large_usable(const void *p);
+HM_HIDDEN void hm_large_fork_prepare(void);
+HM_HIDDEN void hm_large_fork_parent(void);
+HM_HIDDEN void hm_large_fork_child(void);
 /* Give back the large lane's cached spans idle for at least min_idle_ns
  * (0: all of them); returns the bytes given back. */
 HM_HIDDEN size_t hm_large_release(uint64_t min_idle_ns);

@@ -14,7 +14,7 @@ const uint8_t hm_tiny_class[TINY_MAX / 16 + 1] = {
   31
 };
 
-const uint32_t hm_class_size[NUM_CLASSES] = {
+const uint32_t hm_class_size[] = {
   16, 32, 48, 64, 80, 96, 112, 128,
   144, 160, 176, 192, 208, 224, 240, 256,
   288, 320, 352, 384, 416, 448, 480, 512,
@@ -26,14 +26,28 @@ const uint32_t hm_class_size[NUM_CLASSES] = {
   18432, 20480, 22528, 24576, 26624, 28672, 30720, 32768,
   36864, 40960, 45056, 49152, 53248, 57344, 61440, 65536,
   73728, 81920, 90112, 98304, 106496, 114688, 122880, 131072,
-  147456, 163840, 180224, 196608, 212992, 229376, 245760, 262144
+  147456, 163840, 180224, 196608, 212992, 229376, 245760, 262144,
+#if HM_POOL_SHIFT >= 19
+  294912, 327680, 360448, 393216, 425984, 458752, 491520, 524288,
+#endif
+#if HM_POOL_SHIFT >= 20
+  589824, 655360, 720896, 786432, 851968, 917504, 983040, 1048576,
+#endif
 };
+_Static_assert(sizeof hm_class_size / sizeof hm_class_size[0] == NUM_CLASSES, "one size per class");
 
 /* Slab size per class: KIND_SMALL (64 KiB slabs) up to 8 KiB blocks,
  * KIND_MEDIUM (512 KiB) up to 64 KiB, KIND_BIG (one 2 MiB slab) above. */
-const uint8_t hm_class_kind[NUM_CLASSES] = {
+const uint8_t hm_class_kind[] = {
   0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
   0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
   0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-  1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2
+  1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+#if HM_POOL_SHIFT >= 19
+  2, 2, 2, 2, 2, 2, 2, 2,
+#endif
+#if HM_POOL_SHIFT >= 20
+  2, 2, 2, 2, 2, 2, 2, 2,
+#endif
 };
+_Static_assert(sizeof hm_class_kind / sizeof hm_class_kind[0] == NUM_CLASSES, "one kind per class");

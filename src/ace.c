@@ -1,0 +1,739 @@
+/* ACE, the large lane: blocks above the Pool limit (SMALL_MAX), each the
+ * whole of a span mapped from the OS. Freed spans are kept in a cache and
+ * reused, so a steady workload makes no system calls.
+ *
+ * Spans: a span is a multiple of 2 MiB long and its block starts at its
+ * base (no header), so a 4 MiB block is exactly two chunks and any span
+ * mapped on a 2 MiB boundary serves alignments up to 2 MiB. Descriptors live
+ * beside the spans, in a two-level table indexed by the 2 MiB chunk where a
+ * span starts: every span is at least 2 MiB long, so no two spans start in
+ * the same chunk. A span is usually 2 MiB aligned (the kernel aligns large
+ * anonymous mappings; the cache never splits a span off a chunk boundary)
+ * but need not be: mremap may move one anywhere, and then its first and
+ * last chunks may be shared with other mappings. Nothing in a span is read
+ * to look it up, so a shared chunk is harmless.
+ *
+ * Registry bytes (registry.c): HEAD where a span starts, TAIL where spans
+ * only pass through; free() takes HEAD or TAIL to this file, which accepts
+ * only the base of a live span.
+ *
+ * The cache: one list of free spans per length in chunks (1..ACE_BUCKETS),
+ * newest first. A request takes the newest span of its length, else splits
+ * a longer one, else maps (a "miss", which raises the length's capacity by
+ * one; a short span is mapped as part of a larger refill whose rest is
+ * cached). A freed span is kept if its length is below capacity, merged
+ * with cached neighbours freed in the same epoch; over HAKMEM_ACE_MAX_MB
+ * the oldest cached memory is unmapped. A length nobody asked for during
+ * an epoch (1 s) has its capacity halved. hm_large_release gives back
+ * spans idle for a given time (the purger, malloc_trim, out-of-memory).
+ * docs/DESIGN.md has the measurements behind the constants.
+ *
+ * Locking: one mutex, a leaf lock: no OS call that can take the backend's
+ * lock (hm_os_map, hm_meta_alloc) is made while holding it, because the
+ * backend's out-of-memory retry calls hm_large_release. munmap is done after
+ * unlocking, from a list of spans already taken out of the registry. */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define ACE_BUCKETS 32                        /* spans of up to 64 MiB are cached */
+#define ACE_CAP_MAX 256                       /* per length */
+#define ACE_EPOCH_NS 1000000000ull            /* capacity of unused lengths decays */
+#define ACE_ALIGN_SCAN 16                     /* cached spans looked at for an aligned request */
+#define ACE_REFILL_MIN ((size_t)16 << 20)     /* a miss for a short span maps at least this */
+#define ACE_REFILL_MAX ((size_t)ACE_BUCKETS << SS_SHIFT) /* the rest fits a bucket */
+#define ACE_LIMIT ((size_t)1 << REG_ADDR_BITS) /* larger requests: Threshold */
+
+enum { SPAN_NONE = 0, SPAN_USED = 1, SPAN_CACHED = 2 };
+
+typedef struct span {
+  char *base;
+  size_t len;                 /* a multiple of SS_SIZE */
+  uint64_t freed_ns;          /* when it entered the cache */
+  struct span *next, *prev;   /* cache list; next also chains spans to unmap */
+  uint32_t state;
+} span_t;
+
+/* Descriptor table: chunk index -> descriptor, leaves of 2^13 (16 GiB of
+ * address space each) taken from metadata memory as needed. */
+#define LEAF_BITS 13
+#define LEAF_MASK (((uintptr_t)1 << LEAF_BITS) - 1)
+#define DIR_SIZE ((size_t)1 << (REG_ADDR_BITS - SS_SHIFT - LEAF_BITS))
+#define LEAF_BYTES (sizeof(span_t) << LEAF_BITS)
+
+typedef struct bucket {
+  span_t *head, *tail;  /* newest, oldest */
+  uint32_t count, cap;
+  bool wanted;          /* requested during this epoch */
+} bucket_t;
+
+static pthread_mutex_t ace_lock = PTHREAD_MUTEX_INITIALIZER;
+static span_t *_Atomic dir[DIR_SIZE];
+static bucket_t buckets[ACE_BUCKETS + 1]; /* index: length in chunks */
+static size_t cache_bytes;
+static _Atomic size_t mapped_bytes;     /* all spans, used and cached */
+static uint64_t next_epoch_ns;
+
+static uintptr_t chunk_of(const void *p) { return (uintptr_t)p >> SS_SHIFT; }
+static size_t span_len_for(size_t n) { return n == 0 ? SS_SIZE : (n + SS_MASK) & ~(size_t)SS_MASK; }
+static size_t max_cached(void) { return (size_t)hm_opt[HM_OPT_ACE_MAX_MB] << 20; }
+
+/* Descriptor slot of chunk c, or NULL when its leaf does not exist. */
+static span_t *slot(uintptr_t c) {
+  span_t *leaf = atomic_load_explicit(&dir[c >> LEAF_BITS], memory_order_acquire);
+  return leaf != NULL ? &leaf[c & LEAF_MASK] : NULL;
+}
+
+/* The live span whose block is p, or NULL. */
+static span_t *span_at(const void *p, uint32_t state) {
+  if (hm_reg_kind((uintptr_t)p) != REG_LARGE_HEAD) return NULL;
+  span_t *s = slot(chunk_of(p));
+  return s != NULL && s->state == state && s->base == p ? s : NULL;
+}
+
+/* ---- descriptor leaves ---------------------------------------------------- */
+
+/* Leaves a caller holds for a span it is about to create: taken before the
+ * OS call (allocating if need be), installed after it under the lock, the
+ * unused ones handed back, so that recording a span never allocates. */
+typedef struct leaves {
+  void *chain; /* linked through each leaf's first word */
+  size_t n;
+} leaves_t;
+
+static void *spare_leaves; /* leaves handed back, for the next caller */
+
+/* Leaves a span of len bytes may need, wherever the OS puts it. */
+static size_t leaves_for(size_t len) { return (len >> (SS_SHIFT + LEAF_BITS)) + 2; }
+
+/* Leaves [p, p+len) lacks. */
+static size_t leaves_missing(const char *p, size_t len) {
+  size_t n = 0;
+  for (uintptr_t t = chunk_of(p) >> LEAF_BITS; t <= chunk_of(p + len - 1) >> LEAF_BITS; t++)
+    n += atomic_load_explicit(&dir[t], memory_order_acquire) == NULL;
+  return n;
+}
+
+static void leaf_push(void **chain, void *leaf) {
+  *(void **)leaf = *chain;
+  *chain = leaf;
+}
+
+static void *leaf_pop(void **chain) {
+  void *leaf = *chain;
+  *chain = *(void **)leaf;
+  *(void **)leaf = NULL;
+  return leaf;
+}
+
+/* Take `want` leaves. Lock not held. */
+static bool leaves_claim(leaves_t *l, size_t want) {
+  l->chain = NULL;
+  l->n = 0;
+  pthread_mutex_lock(&ace_lock);
+  while (l->n < want && spare_leaves != NULL) {
+    leaf_push(&l->chain, leaf_pop(&spare_leaves));
+    l->n++;
+  }
+  pthread_mutex_unlock(&ace_lock);
+  while (l->n < want) {
+    void *leaf = hm_meta_alloc(LEAF_BYTES); /* fresh metadata memory reads zero */
+    if (leaf == NULL) {
+      pthread_mutex_lock(&ace_lock);
+      while (l->chain != NULL) leaf_push(&spare_leaves, leaf_pop(&l->chain));
+      pthread_mutex_unlock(&ace_lock);
+      return false;
+    }
+    leaf_push(&l->chain, leaf);
+    l->n++;
+  }
+  return true;
+}
+
+/* Give [p, p+len) its leaves (none if p is NULL); hand back the rest.
+ * Lock held. */
+static void leaves_install(const char *p, size_t len, leaves_t *l) {
+  for (uintptr_t t = chunk_of(p) >> LEAF_BITS; p != NULL && t <= chunk_of(p + len - 1) >> LEAF_BITS; t++)
+    if (atomic_load_explicit(&dir[t], memory_order_relaxed) == NULL)
+      atomic_store_explicit(&dir[t], (span_t *)leaf_pop(&l->chain), memory_order_release);
+  while (l->chain != NULL) leaf_push(&spare_leaves, leaf_pop(&l->chain));
+}
+
+/* ---- registry ------------------------------------------------------------- */
+
+/* Recompute the byte of chunk c, which a span starts, ends or passes in:
+ * HEAD if a live span starts in it, TAIL if one covers part of it. Only the
+ * last span starting before c can reach into it; the chunks between are
+ * TAIL. SuperSlab chunks are never shared, so they are left alone. */
+static void reg_refresh(uintptr_t c) {
+  if (hm_registry[c] == REG_SS) return;
+  span_t *s = slot(c);
+  uint8_t v = REG_NONE;
+  if (s != NULL && s->state != SPAN_NONE) {
+    v = REG_LARGE_HEAD;
+  } else {
+    uintptr_t h = c;
+    while (h > 0 && hm_registry[h - 1] == REG_LARGE_TAIL) h--;
+    if (h > 0 && hm_registry[h - 1] == REG_LARGE_HEAD) {
+      s = slot(h - 1);
+      if (s->state != SPAN_NONE && (uintptr_t)(s->base + s->len) > (c << SS_SHIFT)) v = REG_LARGE_TAIL;
+    }
+  }
+  hm_registry[c] = v;
+}
+
+/* Record a span (its state already set) / forget one (state NONE). */
+static void reg_mark(const span_t *s) {
+  uintptr_t c0 = chunk_of(s->base), c1 = chunk_of(s->base + s->len - 1);
+  hm_registry[c0] = REG_LARGE_HEAD;
+  for (uintptr_t c = c0 + 1; c < c1; c++) hm_registry[c] = REG_LARGE_TAIL;
+  if (c1 != c0) reg_refresh(c1);
+}
+
+static void reg_unmark(const span_t *s) {
+  uintptr_t c0 = chunk_of(s->base), c1 = chunk_of(s->base + s->len - 1);
+  for (uintptr_t c = c0 + 1; c < c1; c++) hm_registry[c] = REG_NONE;
+  reg_refresh(c0);
+  if (c1 != c0) reg_refresh(c1);
+}
+
+/* A new descriptor for [p, p+len) in state st; leaves installed. */
+static span_t *span_record(char *p, size_t len, uint32_t st) {
+  span_t *s = slot(chunk_of(p));
+  HM_ASSERT(s->state == SPAN_NONE);
+  s->base = p;
+  s->len = len;
+  s->next = s->prev = NULL;
+  s->state = st;
+  reg_mark(s);
+  return s;
+}
+
+/* ---- the cache (lock held) -------------------------------------------------- */
+
+#ifdef HAKMEM_DEBUG
+/* Every listed span is cached, in the bucket of its length, registered;
+ * counts and bytes add up. */
+static void cache_check(void) {
+  size_t bytes = 0;
+  for (unsigned k = 1; k <= ACE_BUCKETS; k++) {
+    uint32_t n = 0;
+    for (span_t *s = buckets[k].head; s != NULL; s = s->next, n++) {
+      HM_ASSERT(s->state == SPAN_CACHED && s->len == (size_t)k << SS_SHIFT);
+      HM_ASSERT(span_at(s->base, SPAN_CACHED) == s);
+      HM_ASSERT(s->next != NULL || buckets[k].tail == s);
+      bytes += s->len;
+    }
+    HM_ASSERT(n == buckets[k].count);
+  }
+  HM_ASSERT(bytes == cache_bytes);
+}
+#else
+#define cache_check() ((void)0)
+#endif
+
+static void cache_push(span_t *s, uint64_t freed_ns) {
+  bucket_t *b = &buckets[s->len >> SS_SHIFT];
+  s->state = SPAN_CACHED;
+  s->freed_ns = freed_ns;
+  s->prev = NULL;
+  s->next = b->head;
+  if (b->head != NULL) b->head->prev = s;
+  else b->tail = s;
+  b->head = s;
+  b->count++;
+  cache_bytes += s->len;
+}
+
+static void cache_unlink(span_t *s) {
+  bucket_t *b = &buckets[s->len >> SS_SHIFT];
+  if (s->prev != NULL) s->prev->next = s->next;
+  else b->head = s->next;
+  if (s->next != NULL) s->next->prev = s->prev;
+  else b->tail = s->prev;
+  s->next = s->prev = NULL;
+  b->count--;
+  cache_bytes -= s->len;
+}
+
+/* Take s out of the cache and the registry and chain it for unmapping
+ * once the lock is dropped. */
+static void doom(span_t *s, span_t **list) {
+  if (s->state == SPAN_CACHED) cache_unlink(s);
+  s->state = SPAN_NONE;
+  reg_unmark(s);
+  s->next = *list;
+  *list = s;
+}
+
+static size_t unmap_list(span_t *s) {
+  size_t bytes = 0;
+  while (s != NULL) {
+    span_t *next = s->next;
+    char *base = s->base;
+    size_t len = s->len;
+    bytes += len;
+    atomic_fetch_sub_explicit(&mapped_bytes, len, memory_order_relaxed);
+    hm_os_unmap(base, len); /* from here on the slot may be reused */
+    s = next;
+  }
+  return bytes;
+}
+
+/* Over its bound, unmap the oldest cached memory down to 7/8 of the bound
+ * (so that a workload hovering at the bound makes few, larger calls):
+ * whole spans, or the end of one when that is enough (a span coalesced
+ * from many must not take them all with it). */
+static void cache_trim(span_t **list) {
+  size_t max = max_cached();
+  if (cache_bytes <= max) return;
+  max -= max / 8;
+  while (cache_bytes > max) {
+    span_t *oldest = NULL;
+    for (unsigned k = 1; k <= ACE_BUCKETS; k++) {
+      span_t *t = buckets[k].tail;
+      if (t != NULL && (oldest == NULL || t->freed_ns < oldest->freed_ns)) oldest = t;
+    }
+    size_t cut = (cache_bytes - max + SS_MASK) & ~(size_t)SS_MASK;
+    if (cut < oldest->len) {
+      cache_unlink(oldest);
+      oldest->len -= cut;
+      doom(span_record(oldest->base + oldest->len, cut, SPAN_USED), list);
+      cache_push(oldest, oldest->freed_ns);
+    } else {
+      doom(oldest, list);
+    }
+  }
+}
+
+/* The live span that ends exactly at x, if any: the last span starting
+ * before x; the chunks it passes through are TAIL. */
+static span_t *span_ending_at(const char *x) {
+  uintptr_t c = chunk_of(x - 1);
+  for (unsigned walked = 0; walked <= ACE_BUCKETS; walked++, c--) {
+    span_t *s = slot(c);
+    if (s != NULL && s->state != SPAN_NONE && s->base < x) return s->base + s->len == x ? s : NULL;
+    if (c == 0 || (hm_registry[c] != REG_LARGE_TAIL && hm_registry[c] != REG_LARGE_HEAD)) return NULL;
+  }
+  return NULL;
+}
+
+/* May cached span c, freed at c->freed_ns, merge with s (freed at now)? If
+ * a bucket holds the two, and c was freed in the last epoch: an idle span
+ * stays apart, so that its age still tells when to give it back. */
+static bool mergeable(const span_t *c, const span_t *s, uint64_t now) {
+  return c != NULL && (s->len + c->len) >> SS_SHIFT <= ACE_BUCKETS && now - c->freed_ns < ACE_EPOCH_NS;
+}
+
+/* Merge s (leaving the cache's lists, not yet in them) with the cached
+ * spans right before and after it: free memory stays in as few spans as
+ * possible, so any length can be split from it. */
+static span_t *coalesce(span_t *s, uint64_t now) {
+  span_t *n = span_at(s->base + s->len, SPAN_CACHED);
+  if (mergeable(n, s, now)) {
+    cache_unlink(n);
+    n->state = SPAN_NONE;
+    s->len += n->len;
+  }
+  span_t *p = span_ending_at(s->base);
+  if (p != NULL && p->state == SPAN_CACHED && mergeable(p, s, now)) {
+    cache_unlink(p);
+    s->state = SPAN_NONE;
+    p->len += s->len;
+    s = p;
+  }
+  s->state = SPAN_CACHED;
+  reg_mark(s);
+  return s;
+}
+
+/* Keep a span that no block uses: always if `spare` (the rest of a split
+ * or shrunk span), else within its length's capacity. */
+static void cache_put(span_t *s, uint64_t now, bool spare, span_t **list) {
+  size_t k = s->len >> SS_SHIFT;
+  if (k <= ACE_BUCKETS && s->len <= max_cached() && (spare || buckets[k].count < buckets[k].cap)) {
+    cache_push(coalesce(s, now), now);
+    cache_trim(list);
+  } else {
+    doom(s, list);
+  }
+  cache_check();
+}
+
+/* Cut s to len bytes; the rest becomes a spare span in the cache (it is
+ * recorded as in use, i.e. on no list, until cache_put lists it). */
+static void span_split(span_t *s, size_t len, uint64_t freed_ns, span_t **list) {
+  size_t rest = s->len - len;
+  s->len = len;
+  span_t *r = span_record(s->base + len, rest, SPAN_USED);
+  cache_put(r, freed_ns, true, list);
+}
+
+/* Once per epoch: halve the capacity of every length nobody asked for,
+ * so that fewer of its spans are kept when freed. The spans already cached
+ * stay: they go when idle (hm_large_release), at the byte bound, or at
+ * malloc_trim; coalesced and split-off spans sit in lengths nobody asks
+ * for by name. */
+static void cache_decay(uint64_t now) {
+  if (now < next_epoch_ns) return;
+  if (next_epoch_ns != 0) {
+    for (unsigned k = 1; k <= ACE_BUCKETS; k++) {
+      if (!buckets[k].wanted) buckets[k].cap /= 2;
+      buckets[k].wanted = false;
+    }
+  }
+  next_epoch_ns = now + ACE_EPOCH_NS;
+}
+
+static span_t *bucket_find(const bucket_t *b, size_t align) {
+  unsigned n = 0;
+  for (span_t *s = b->head; s != NULL && n < ACE_ALIGN_SCAN; s = s->next, n++)
+    if (((uintptr_t)s->base & (align - 1)) == 0) return s;
+  return NULL;
+}
+
+/* A cached span for a block of len bytes at alignment align (<= 2 MiB). */
+static span_t *cache_take(size_t len, size_t align, uint64_t now, span_t **list) {
+  size_t k = len >> SS_SHIFT;
+  if (k > ACE_BUCKETS) return NULL;
+  bucket_t *b = &buckets[k];
+  b->wanted = true;
+  span_t *s = bucket_find(b, align);
+  if (s == NULL) {
+    if (b->cap < ACE_CAP_MAX) b->cap++; /* a miss: keep one more of these */
+    /* a longer span split for it is a miss of that length too: spans come
+     * back longer than they left when realloc grows them */
+    for (size_t j = k + 1; j <= ACE_BUCKETS && s == NULL; j++) {
+      if ((s = bucket_find(&buckets[j], align)) == NULL) continue;
+      buckets[j].wanted = true;
+      if (buckets[j].cap < ACE_CAP_MAX) buckets[j].cap++;
+    }
+    if (s == NULL) return NULL;
+  }
+  cache_unlink(s);
+  s->state = SPAN_USED;
+  if (s->len > len) span_split(s, len, now, list);
+  return s;
+}
+
+/* ---- failures --------------------------------------------------------------- */
+
+/* Append text / the decimal v to the line at *at (within end). */
+static void put_str(char **at, char *end, const char *text) {
+  while (*text != '\0' && *at < end) *(*at)++ = *text++;
+}
+
+static void put_dec(char **at, char *end, size_t v) {
+  char buf[24];
+  int i = (int)sizeof buf - 1;
+  buf[i] = '\0';
+  do {
+    buf[--i] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  put_str(at, end, buf + i);
+}
+
+/* HAKMEM_ACE_TRACE=1: one line per failed large allocation, written at
+ * once (lines of threads failing together do not mix), without allocating.
+ * Sets errno to ENOMEM. */
+static void *fail(const char *reason, size_t n, size_t align, int err) {
+  if (hm_opt[HM_OPT_ACE_TRACE]) {
+    char line[256], *at = line, *end = line + sizeof line - 2;
+    put_str(&at, end, "hakmem: ace: ");
+    put_str(&at, end, reason);
+    put_str(&at, end, " size=");
+    put_dec(&at, end, n);
+    if (align > 16) {
+      put_str(&at, end, " align=");
+      put_dec(&at, end, align);
+    }
+    put_str(&at, end, " errno=");
+    put_dec(&at, end, (size_t)err);
+    put_str(&at, end, " (");
+    const char *text = strerrordesc_np(err);
+    put_str(&at, end, text != NULL ? text : "unknown error");
+    put_str(&at, end, ")");
+    *at++ = '\n';
+    *at = '\0';
+    hm_write_str(line);
+  }
+  errno = ENOMEM;
+  return NULL;
+}
+
+/* The OS refused: Exhaustion if the lane had cached spans (given back by
+ * the backend's retry before this refusal), else MapFail. */
+static void *fail_refused(bool had_cache, size_t n, size_t align, int err) {
+  return fail(had_cache ? "Exhaustion" : "MapFail", n, align, err);
+}
+
+/* ---- allocation --------------------------------------------------------- */
+
+/* Map len bytes at alignment align from the OS; errno set on failure. */
+static char *map_span(size_t len, size_t align) {
+  char *p = NULL;
+  if (align <= SS_SIZE) {
+    p = hm_os_map(len); /* large anonymous mappings are usually 2 MiB aligned already */
+    if (p == NULL || ((uintptr_t)p & (align - 1)) == 0) return p;
+    hm_os_unmap(p, len);
+  }
+  char *raw = hm_os_map(len + align);
+  if (raw == NULL) return NULL;
+  p = (char *)(((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1));
+  hm_os_unmap(raw, (size_t)(p - raw));
+  hm_os_unmap(p + len, (size_t)(raw + align - p));
+  return p;
+}
+
+static void *ace_alloc(size_t n, size_t asked_align, bool *fresh) {
+  size_t align = asked_align < PAGE_SIZE_ ? PAGE_SIZE_ : asked_align; /* every span is page aligned */
+  if (align >= ACE_LIMIT || n > ACE_LIMIT - align) return fail("Threshold", n, asked_align, ENOMEM);
+  size_t len = span_len_for(n);
+  span_t *list = NULL, *s = NULL;
+  uint64_t now = hm_now_ns();
+  pthread_mutex_lock(&ace_lock);
+  if (align <= SS_SIZE) s = cache_take(len, align, now, &list);
+  bool had_cache = cache_bytes != 0;
+  /* A short span is refilled with an eighth of what the lane holds (16 to
+   * 64 MiB), the rest cached (clean memory): the next misses, and growing
+   * the block in place, need no system call, and a working set that
+   * fluctuates finds its peaks provided for. */
+  size_t map = len;
+  size_t refill = atomic_load_explicit(&mapped_bytes, memory_order_relaxed) / 8;
+  refill = refill < ACE_REFILL_MIN ? ACE_REFILL_MIN : refill > ACE_REFILL_MAX ? ACE_REFILL_MAX : refill;
+  refill &= ~(size_t)SS_MASK;
+  if (len <= refill / 2 && align <= SS_SIZE && cache_bytes + refill - len <= max_cached()) map = refill;
+  pthread_mutex_unlock(&ace_lock);
+  unmap_list(list);
+  list = NULL;
+  if (s != NULL) {
+    *fresh = false;
+    return s->base;
+  }
+  leaves_t l;
+  if (!leaves_claim(&l, leaves_for(map))) return fail_refused(had_cache, n, asked_align, ENOMEM);
+  char *p = map_span(map, align);
+  if (p == NULL && map != len) p = map_span(map = len, align);
+  int err = errno;
+  if (p != NULL && (uintptr_t)p + map > ACE_LIMIT) { /* beyond the registry */
+    hm_os_unmap(p, map);
+    p = NULL;
+    err = ENOMEM;
+  }
+  if (p != NULL) atomic_fetch_add_explicit(&mapped_bytes, map, memory_order_relaxed);
+  pthread_mutex_lock(&ace_lock);
+  leaves_install(p, map, &l);
+  if (p != NULL) {
+    s = span_record(p, map, SPAN_USED);
+    if (map > len) span_split(s, len, hm_now_ns(), &list);
+  }
+  pthread_mutex_unlock(&ace_lock);
+  unmap_list(list);
+  if (p == NULL) return fail_refused(had_cache, n, asked_align, err);
+  *fresh = true;
+  return p;
+}
+
+/* Statistics of a large block handed out (sign +1) or taken back (-1):
+ * a block's usable and mapped bytes are its span's length. */
+static void count_block(int sign, const void *p) {
+  span_t *s = span_at(p, SPAN_USED);
+  if (s != NULL) hm_stats_large(sign, s->len, s->len);
+}
+
+void *hm_large_alloc(size_t n, size_t align) {
+  hm_ensure_init();
+  if (hm_force_libc) return align > 16 ? __libc_memalign(align, n) : __libc_malloc(n);
+  bool fresh;
+  void *p = ace_alloc(n, align, &fresh);
+  if (p != NULL) count_block(1, p);
+  return p;
+}
+
+void *hm_large_calloc(size_t n) {
+  hm_ensure_init();
+  if (hm_force_libc) return __libc_calloc(1, n);
+  bool fresh;
+  void *p = ace_alloc(n, 0, &fresh);
+  if (p != NULL && !fresh) memset(p, 0, n); /* fresh mappings are zero */
+  if (p != NULL) count_block(1, p);
+  return p;
+}
+
+static void large_free(void *p);
+
+void hm_large_free(void *p) {
+  count_block(-1, p);
+  large_free(p);
+}
+
+static void large_free(void *p) {
+  span_t *list = NULL;
+  uint64_t now = hm_now_ns();
+  pthread_mutex_lock(&ace_lock);
+  span_t *s = span_at(p, SPAN_USED);
+  if (s == NULL) {
+    bool twice = span_at(p, SPAN_CACHED) != NULL;
+    pthread_mutex_unlock(&ace_lock);
+    if (twice) hm_fatal("double free", p, "large block already freed");
+    hm_fatal("invalid free", p, "not the start of a large block");
+  }
+  cache_decay(now);
+  cache_put(s, now, false, &list);
+  pthread_mutex_unlock(&ace_lock);
+  unmap_list(list);
+}
+
+size_t hm_large_usable(const void *p) {
+  span_t *s = span_at(p, SPAN_USED);
+  if (s == NULL) hm_fatal("invalid pointer", p, "not the start of a large block");
+  return s->len;
+}
+
+size_t hm_large_release(uint64_t min_idle_ns) {
+  span_t *list = NULL;
+  uint64_t now = hm_now_ns();
+  pthread_mutex_lock(&ace_lock);
+  for (unsigned k = 1; k <= ACE_BUCKETS; k++) {
+    span_t *s;
+    while ((s = buckets[k].tail) != NULL && (min_idle_ns == 0 || now - s->freed_ns >= min_idle_ns)) doom(s, &list);
+  }
+  pthread_mutex_unlock(&ace_lock);
+  return unmap_list(list);
+}
+
+/* ---- realloc ----------------------------------------------------------------- */
+
+/* Does a live span start exactly at p? Lock held. */
+static bool span_starts(const char *p) {
+  return span_at(p, SPAN_USED) != NULL || span_at(p, SPAN_CACHED) != NULL;
+}
+
+/* Grow s to len bytes by taking the cached spans that follow it, if they
+ * reach far enough. Lock held. */
+static bool grow_into_neighbours(span_t *s, size_t len, uint64_t now, span_t **list) {
+  size_t have = s->len;
+  while (have < len) {
+    span_t *n = span_at(s->base + have, SPAN_CACHED);
+    if (n == NULL) return false;
+    have += n->len;
+  }
+  while (s->len < have) {
+    span_t *n = span_at(s->base + s->len, SPAN_CACHED);
+    cache_unlink(n);
+    n->state = SPAN_NONE;
+    s->len += n->len;
+  }
+  reg_mark(s);
+  if (have > len) span_split(s, len, now, list);
+  return true;
+}
+
+/* mremap, once more after giving back cached memory if the OS refused. */
+static void *remap(char *p, size_t old, size_t len, bool may_move) {
+  void *q = hm_os_remap(p, old, len, may_move);
+  if (q == NULL && errno == ENOMEM && hm_large_release(0) + hm_backend_release_cached() != 0)
+    q = hm_os_remap(p, old, len, may_move);
+  return q;
+}
+
+/* Grow the block of s to n bytes (a span of len): into cached neighbours,
+ * else in place with mremap, else moved by mremap. */
+static void *large_grow(span_t *s, size_t n, size_t len) {
+  char *p = s->base;
+  size_t old = s->len;
+  span_t *list = NULL;
+  pthread_mutex_lock(&ace_lock);
+  bool done = grow_into_neighbours(s, len, hm_now_ns(), &list);
+  bool had_cache = cache_bytes != 0;
+  /* in place only where nothing of ours follows */
+  uintptr_t end = (uintptr_t)(p + old);
+  bool next_free = (end & SS_MASK) != 0 ? !span_starts(p + old) : hm_reg_kind(end) == REG_NONE;
+  pthread_mutex_unlock(&ace_lock);
+  unmap_list(list);
+  if (done) return p;
+  /* (leaves claimed for the range in hand first: an allocation of leaves
+   * could take the free range after the span) */
+  leaves_t l;
+  if (!leaves_claim(&l, leaves_missing(p, len))) return fail_refused(had_cache, n, 0, ENOMEM);
+  if (next_free && hm_os_remap(p, old, len, false) != NULL) {
+    atomic_fetch_add_explicit(&mapped_bytes, len - old, memory_order_relaxed);
+    pthread_mutex_lock(&ace_lock);
+    leaves_install(p, len, &l);
+    s->len = len;
+    reg_mark(s);
+    pthread_mutex_unlock(&ace_lock);
+    return p;
+  }
+  /* Move: the OS moves the pages, nothing is copied. The span leaves the
+   * registry first, so that nothing of ours claims the range it vacates. */
+  pthread_mutex_lock(&ace_lock);
+  leaves_install(NULL, 0, &l);
+  pthread_mutex_unlock(&ace_lock);
+  if (!leaves_claim(&l, leaves_for(len))) return fail_refused(had_cache, n, 0, ENOMEM);
+  pthread_mutex_lock(&ace_lock);
+  s->state = SPAN_NONE;
+  reg_unmark(s);
+  pthread_mutex_unlock(&ace_lock);
+  char *q = remap(p, old, len, true);
+  int err = errno;
+  if (q != NULL) atomic_fetch_add_explicit(&mapped_bytes, len - old, memory_order_relaxed);
+  if (q != NULL && (uintptr_t)q + len > ACE_LIMIT) hm_fatal("realloc", q, "mremap moved a block beyond the registry");
+  pthread_mutex_lock(&ace_lock);
+  leaves_install(q, len, &l);
+  if (q != NULL) span_record(q, len, SPAN_USED);
+  else span_record(p, old, SPAN_USED);
+  pthread_mutex_unlock(&ace_lock);
+  if (q != NULL) return q;
+  if (err == ENOMEM) return fail_refused(had_cache, n, 0, err);
+  /* EFAULT: the span is made of two mappings (it grew into a neighbour),
+   * which mremap cannot move as one: copy instead. */
+  bool fresh;
+  void *r = ace_alloc(n, 0, &fresh);
+  if (r == NULL) return NULL;
+  memcpy(r, p, old);
+  large_free(p);
+  return r;
+}
+
+void *hm_large_realloc(void *p, size_t n) {
+  span_t *s = span_at(p, SPAN_USED);
+  if (s == NULL) hm_fatal("invalid realloc", p, "not the start of a large block");
+  if (n <= SMALL_MAX) {
+    /* Below the lane: move to the Pool (at most SMALL_MAX bytes copied)
+     * and free the span; keep it in place if the Pool has no memory. */
+    int saved = errno;
+    void *q = hm_malloc(n);
+    if (q == NULL) {
+      errno = saved;
+      return p;
+    }
+    memcpy(q, p, n);
+    hm_large_free(p);
+    return q;
+  }
+  if (n > ACE_LIMIT - PAGE_SIZE_) return fail("Threshold", n, 0, ENOMEM);
+  size_t len = span_len_for(n);
+  if (len != s->len) count_block(-1, p); /* (a resize counts as a free and an allocation) */
+  if (len > s->len) {
+    void *q = large_grow(s, n, len);
+    count_block(1, q != NULL ? q : p);
+    return q;
+  }
+  if (len < s->len) { /* shrink in place: the whole chunks past the end go to the cache */
+    span_t *list = NULL;
+    pthread_mutex_lock(&ace_lock);
+    span_split(s, len, hm_now_ns(), &list);
+    pthread_mutex_unlock(&ace_lock);
+    unmap_list(list);
+    count_block(1, p);
+  }
+  return p;
+}
+
+void hm_large_fork_prepare(void) { pthread_mutex_lock(&ace_lock); }
+void hm_large_fork_parent(void) { pthread_mutex_unlock(&ace_lock); }
+void hm_large_fork_child(void) { pthread_mutex_init(&ace_lock, NULL); }

@@ -1,0 +1,69 @@
+/* The syscall budget: after warm-up, a bench_random_mixed-like loop makes
+ * at most one mmap+munmap+madvise+mremap per 10^8 operations (with the
+ * counts used here: none), counted by hakmem itself (hak_os_stats_get).
+ *
+ *   test_syscall_budget WS MIN MAX [MEASURED_OPS]
+ *
+ * Each step picks a random slot of WS; a full slot is freed, an empty one
+ * gets a block of a uniform size in [MIN, MAX] whose first and last byte
+ * are written. Warm-up: 20 steps per slot (at least 2M); then
+ * MEASURED_OPS steps (default 2M, scaled by HAKMEM_TEST_SCALE) are
+ * measured. Single-threaded, like bench_random_mixed. hakmem-specific. */
+#define _GNU_SOURCE
+#include "test_common.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "hakmem.h"
+
+static size_t os_calls(const struct hak_os_stats *s) {
+  return s->mmap_calls + s->munmap_calls + s->madvise_calls + s->mremap_calls;
+}
+
+static void run(unsigned char **slots, size_t ws, size_t min, size_t max, size_t ops, tc_rng *r) {
+  for (size_t i = 0; i < ops; i++) {
+    size_t k = (size_t)tc_below(r, ws);
+    unsigned char *p = slots[k];
+    if (p != NULL) {
+      free(p);
+      slots[k] = NULL;
+    } else {
+      size_t n = min + (size_t)tc_below(r, max - min + 1);
+      p = malloc(n);
+      CHECK(p, "malloc(%zu)", n);
+      p[0] = (unsigned char)n;
+      p[n - 1] = (unsigned char)i;
+      slots[k] = p;
+    }
+  }
+}
+
+int main(int argc, char **argv) {
+  tc_test_name = "syscall_budget";
+  if (!HAKMEM_SPECIFIC) return 77;
+  if (argc != 4 && argc != 5) FAILF("usage: test_syscall_budget WS MIN MAX [MEASURED_OPS]");
+  size_t ws = strtoull(argv[1], NULL, 0), min = strtoull(argv[2], NULL, 0), max = strtoull(argv[3], NULL, 0);
+  size_t ops = tc_scaled(argc == 5 ? strtoull(argv[4], NULL, 0) : 2000000);
+  CHECK(ws > 0 && min > 0 && max >= min, "bad arguments");
+  unsigned char **slots = calloc(ws, sizeof *slots);
+  CHECK(slots, "calloc");
+  tc_rng r = {42};
+  size_t warm = ws * 20 > 2000000 ? ws * 20 : 2000000;
+  run(slots, ws, min, max, warm, &r);
+  struct hak_os_stats a, b;
+  hak_os_stats_get(&a);
+  run(slots, ws, min, max, ops, &r);
+  hak_os_stats_get(&b);
+  size_t calls = os_calls(&b) - os_calls(&a);
+  size_t budget = ops / 100000000;
+  printf("ws %zu sizes %zu..%zu: %zu OS calls (mmap %zu munmap %zu madvise %zu mremap %zu) in %zu operations "
+         "after %zu of warm-up (budget %zu)\n",
+         ws, min, max, calls, b.mmap_calls - a.mmap_calls, b.munmap_calls - a.munmap_calls,
+         b.madvise_calls - a.madvise_calls, b.mremap_calls - a.mremap_calls, ops, warm, budget);
+  CHECK(calls <= budget, "%zu mmap/munmap/madvise/mremap calls in %zu steady-state operations (budget %zu)", calls,
+        ops, budget);
+  for (size_t i = 0; i < ws; i++) free(slots[i]);
+  free(slots);
+  return 0;
+}
