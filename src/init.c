@@ -13,16 +13,19 @@ int hm_force_libc;
 _Atomic int hm_init_state;
 
 static void fork_prepare(void) {
+  hm_purge_fork_prepare();
   hm_heap_fork_prepare();
   hm_backend_fork_prepare();
 }
 static void fork_parent(void) {
   hm_backend_fork_parent();
   hm_heap_fork_parent();
+  hm_purge_fork_parent();
 }
 static void fork_child(void) {
   hm_backend_fork_child();
   hm_heap_fork_child();
+  hm_purge_fork_child();
 }
 
 void hm_init_slow(void) {
@@ -30,6 +33,7 @@ void hm_init_slow(void) {
   if (atomic_compare_exchange_strong(&hm_init_state, &expected, 1)) {
     hm_options_init();
     hm_force_libc = (int)hm_opt[HM_OPT_FORCE_LIBC_ALLOC];
+    hm_purge_init();
     hm_heap_process_init();
     atomic_store_explicit(&hm_init_state, 2, memory_order_release);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
