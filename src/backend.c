@@ -44,12 +44,6 @@ static _Atomic size_t n_ss_alloc, n_ss_free, n_fallback, n_huge;
 
 static void *meta_alloc_locked(size_t size);
 
-/* Over HAKMEM_RSS_LIMIT_MB: make the next slow path run a purge step. */
-static void check_limit(void) {
-  if (hm_rss_limit != 0 && hm_os_resident_estimate() > hm_rss_limit)
-    atomic_store_explicit(&hm_purge_due_ns, 0, memory_order_relaxed);
-}
-
 static void *os_map_once(size_t len) {
   void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
@@ -58,7 +52,6 @@ static void *os_map_once(size_t len) {
   }
   atomic_fetch_add_explicit(&n_mmap, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&committed, len, memory_order_relaxed);
-  check_limit();
   return p;
 }
 
@@ -156,7 +149,6 @@ void hm_os_purged_add(size_t bytes) { atomic_fetch_add_explicit(&purged, bytes, 
 void hm_os_purged_sub(size_t bytes) {
   if (bytes == 0) return;
   atomic_fetch_sub_explicit(&purged, bytes, memory_order_relaxed);
-  check_limit();
 }
 
 size_t hm_os_resident_estimate(void) {
@@ -175,7 +167,6 @@ void *hm_os_remap(void *p, size_t old_len, size_t new_len, bool may_move) {
     atomic_fetch_add_explicit(&committed, new_len - old_len, memory_order_relaxed);
   else
     atomic_fetch_sub_explicit(&committed, old_len - new_len, memory_order_relaxed);
-  check_limit();
   return q;
 }
 

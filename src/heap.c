@@ -430,9 +430,8 @@ void *hm_alloc_slow(size_t n) {
       return NULL;
     }
   }
-  void *p = heap_alloc(h, hm_size_class(n));
   hm_purge_tick();
-  return p;
+  return heap_alloc(h, hm_size_class(n));
 }
 
 void *hm_alloc_class(unsigned c) {
@@ -451,8 +450,10 @@ void hm_free_local_slow(heap_t *h, slab_t *s) {
     s->flags = 0;
     avail_push(h, s);
   }
-  if (s->used == 0 && h->cur[s->cls] != s) slab_release(h, s);
-  hm_purge_tick();
+  if (s->used == 0) {
+    if (h->cur[s->cls] != s) slab_release(h, s);
+    hm_purge_tick(); /* a slab emptied: also what a program freeing at a low rate does */
+  }
 }
 
 void hm_free_remote(superslab_t *ss, slab_t *s, block_t *b) {

@@ -233,15 +233,18 @@ HM_HIDDEN void hm_purge_note_idle(uint64_t now);
 /* Memory given back at purged_at (ns) is reused at now. */
 HM_HIDDEN void hm_purge_regret(uint64_t purged_at, uint64_t now);
 HM_HIDDEN size_t hm_purge_unused_resident(void);
-HM_HIDDEN void hm_purge_tick_slow(void);
 HM_HIDDEN void hm_purge_count_disabled(void);
 HM_HIDDEN int hm_collect(bool all);
 HM_HIDDEN void hm_purge_fork_prepare(void);
 HM_HIDDEN void hm_purge_fork_parent(void);
 HM_HIDDEN void hm_purge_fork_child(void);
-/* On slow paths: one coarse-clock read (vDSO) and a compare. */
+HM_HIDDEN void hm_purge_tick_clock(void);
+extern HM_HIDDEN __thread uint32_t hm_tick_countdown __attribute__((tls_model("initial-exec")));
+/* On slow paths: every HM_TICK_EVERY-th call reads the coarse clock (vDSO)
+ * and runs a purge step if one is due. */
+#define HM_TICK_EVERY 16
 HM_INLINE void hm_purge_tick(void) {
-  if (unlikely(hm_now_ns() >= atomic_load_explicit(&hm_purge_due_ns, memory_order_relaxed))) hm_purge_tick_slow();
+  if (unlikely(--hm_tick_countdown == 0)) hm_purge_tick_clock();
 }
 /* error.c */
 HM_HIDDEN HM_NORETURN void hm_fatal(const char *what, const void *p, const char *reason);

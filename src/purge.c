@@ -36,7 +36,6 @@ _Atomic uint64_t hm_purge_due_ns; /* 0 at start: the first tick sets it */
 static pthread_mutex_t purge_lock = PTHREAD_MUTEX_INITIALIZER; /* one purger at a time */
 static _Atomic size_t n_disabled;     /* purges skipped: HAKMEM_PURGE=off */
 static _Atomic int bg_state;          /* background purger: 0 none, 1 started, 2 failed */
-static size_t limit_retry_above;      /* over the limit with nothing left: wait for growth */
 static _Atomic size_t dirty_bytes;    /* unused slabs still resident, all SuperSlabs */
 
 /* Regret: memory given back and reused soon after was given back too early
@@ -295,39 +294,33 @@ static size_t purge_step(uint64_t now, uint64_t delay_ns, size_t budget) {
   return bytes;
 }
 
-/* Over HAKMEM_RSS_LIMIT_MB: give back what is unused, oldest first, with no
- * delay, until under the limit (with some room, so it does not run again at
- * once). When nothing is left to give, wait until hakmem grew further. */
+/* Over HAKMEM_RSS_LIMIT_MB with unused memory to give back? (Freeing does
+ * not change the estimate; what can be given back does.) */
+static bool over_limit(void) {
+  return hm_rss_limit != 0 && hm_os_resident_estimate() > hm_rss_limit && hm_purge_unused_resident() != 0;
+}
+
+/* Give back what is unused, oldest first, with no delay and no reserve,
+ * until under the limit or nothing unused is left. */
 static void purge_to_limit(uint64_t now) {
-  size_t est = hm_os_resident_estimate();
-  if (est <= hm_rss_limit) {
-    limit_retry_above = 0;
-    return;
-  }
-  if (est < limit_retry_above) return;
   if (hm_purge_mode == PURGE_OFF) { /* no madvise: unmapping the caches is all there is */
     hm_large_release(0);
     hm_backend_release_cached();
-    est = hm_os_resident_estimate();
-    limit_retry_above = est > hm_rss_limit ? est + ((size_t)4 << 20) : 0;
     return;
   }
-  size_t room = hm_rss_limit / 8;
-  while (est > hm_rss_limit) {
-    size_t want = est - hm_rss_limit + room;
+  size_t est;
+  while ((est = hm_os_resident_estimate()) > hm_rss_limit) {
+    size_t want = est - hm_rss_limit;
     uint64_t next = UINT64_MAX;
     size_t got = hm_backend_purge_cached(now, 0, want, &next);
     if (got < want) got += purge_slabs(now, 0, want - got, &next);
     if (got < want) got += hm_large_release(0);
     if (got == 0) break;
-    est = hm_os_resident_estimate();
   }
-  size_t grow = hm_rss_limit / 16 > ((size_t)4 << 20) ? hm_rss_limit / 16 : ((size_t)4 << 20);
-  limit_retry_above = est > hm_rss_limit ? est + grow : 0;
 }
 
 static void run_due(uint64_t now) {
-  if (hm_rss_limit != 0) purge_to_limit(now);
+  if (over_limit()) purge_to_limit(now);
   if (hm_purge_mode == PURGE_OFF) {
     atomic_store(&hm_purge_due_ns, UINT64_MAX);
     return;
@@ -345,7 +338,7 @@ static void *bg_main(void *arg) {
   for (;;) {
     uint64_t now = hm_now_ns(), due = atomic_load(&hm_purge_due_ns);
     uint64_t wait = due <= now ? 0 : (due - now < period ? due - now : period);
-    if (wait != 0) {
+    if (wait != 0 && !over_limit()) {
       struct timespec ts = {(time_t)(wait / 1000000000u), (long)(wait % 1000000000u)};
       nanosleep(&ts, NULL);
       continue;
@@ -378,7 +371,7 @@ static void start_bg(void) {
   if (rc != 0) atomic_store(&bg_state, 2); /* purging stays on the slow paths */
 }
 
-void hm_purge_tick_slow(void) {
+static void purge_tick_slow(void) {
   int saved = errno; /* free and a successful malloc keep errno */
   if (hm_opt[HM_OPT_BG_PURGE] && hm_purge_mode != PURGE_OFF &&
       atomic_load_explicit(&bg_state, memory_order_relaxed) == 0 &&
@@ -389,6 +382,17 @@ void hm_purge_tick_slow(void) {
     pthread_mutex_unlock(&purge_lock);
   }
   errno = saved;
+}
+
+__thread uint32_t hm_tick_countdown __attribute__((tls_model("initial-exec"))) = 1;
+
+void hm_purge_tick_clock(void) {
+  uint64_t now = hm_now_ns();
+  hm_tick_countdown = HM_TICK_EVERY;
+  if (now < atomic_load_explicit(&hm_purge_due_ns, memory_order_relaxed) && !over_limit()) return;
+  purge_tick_slow();
+  /* more is due at once (the step ran out of budget): look every time */
+  if (atomic_load_explicit(&hm_purge_due_ns, memory_order_relaxed) <= now) hm_tick_countdown = 1;
 }
 
 /* ---- all at once ---------------------------------------------------------- */
