@@ -38,9 +38,10 @@ static _Atomic size_t n_disabled;     /* purges skipped: HAKMEM_PURGE=off */
 static _Atomic int bg_state;          /* background purger: 0 none, 1 started, 2 failed */
 static _Atomic size_t dirty_bytes;    /* unused slabs still resident, all SuperSlabs */
 
-/* Regret: memory given back and reused soon after was given back too early
- * (a working set that breathes). Each time, the delay doubles, up to
- * 2^BACKOFF_MAX times the option; it halves again after a long quiet spell.
+/* Regret: memory given back and reused within 16 delays was given back too
+ * early (a working set that breathes). Then the delay doubles (once per
+ * delay at most), up to 2^BACKOFF_MAX times the option; it halves again
+ * after 64 delays without regret.
  * So a steady workload stops making system calls even when its slabs sit
  * unused now and then for longer than the delay. */
 #define BACKOFF_MAX 6
@@ -52,15 +53,19 @@ static uint64_t delay_now(void) {
 }
 
 void hm_purge_regret(uint64_t purged_at, uint64_t now) {
-  if (hm_purge_mode != PURGE_LAZY || now - purged_at >= 4 * delay_now()) return;
+  uint64_t d = delay_now();
+  if (hm_purge_mode != PURGE_LAZY || now - purged_at >= 16 * d) return;
+  /* one doubling per delay at most: a burst of reuse is one regret */
+  uint64_t last = atomic_load_explicit(&last_regret_ns, memory_order_relaxed);
+  if (last != 0 && now - last < d) return;
+  if (!atomic_compare_exchange_strong(&last_regret_ns, &last, now)) return;
   unsigned b = atomic_load_explicit(&backoff, memory_order_relaxed);
-  if (b < BACKOFF_MAX) atomic_compare_exchange_strong(&backoff, &b, b + 1);
-  atomic_store_explicit(&last_regret_ns, now, memory_order_relaxed);
+  if (b < BACKOFF_MAX) atomic_store_explicit(&backoff, b + 1, memory_order_relaxed);
 }
 
 static void backoff_decay(uint64_t now) {
   unsigned b = atomic_load_explicit(&backoff, memory_order_relaxed);
-  if (b != 0 && now - atomic_load_explicit(&last_regret_ns, memory_order_relaxed) > 16 * delay_now()) {
+  if (b != 0 && now - atomic_load_explicit(&last_regret_ns, memory_order_relaxed) > 64 * delay_now()) {
     atomic_store_explicit(&backoff, b - 1, memory_order_relaxed);
     atomic_store_explicit(&last_regret_ns, now, memory_order_relaxed);
   }
