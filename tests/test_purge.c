@@ -329,6 +329,7 @@ static void t_bg(void) {
     size_t p = tc_rss_bytes();
     free_all(&c);
     wait_rss_fall(p, 3.0, "bg in a forked child");
+    fflush(stdout);
     _exit(0);
   }
   int st;
