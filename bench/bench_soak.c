@@ -13,10 +13,15 @@
  * Live bytes (sum of requested sizes of blocks not yet freed) are tracked.
  *
  * Every INTERVAL seconds (default 1) the main thread prints
- *   t: 1.0 ops/s: ... rss_mb: ... live_mb: ... rss/live: ...
- * with RSS from /proc/self/statm.  At the end it prints drift figures from
- * the sample nearest 20% into the run to the last sample:
+ *   t: 1.0 ops/s: ... rss_mb: ... live_mb: ... rss/live: ... cpu_ops/s: ...
+ * with RSS from /proc/self/statm; cpu_ops/s is operations per second of
+ * process CPU time (less sensitive than ops/s to other programs competing
+ * for the CPUs).  At the end it prints drift figures from the sample nearest
+ * 20% into the run to the last sample:
  *   rss_drift_pct, ops_drift_pct
+ * robust ones, the median over the window from 20% to 35% of the run against
+ * the median over the last 15%:
+ *   rss_drift_median_pct, ops_drift_median_pct, cpu_ops_drift_median_pct
  * the RSS/live ratio at the end, and the overall ops/s line:
  *   ops/s: 123456789
  */
@@ -24,6 +29,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 
 typedef struct {
   void *p;
@@ -135,8 +141,34 @@ static int64_t mailbox_bytes(void) {
 }
 
 typedef struct {
-  double t, ops_s, rss, live;
+  double t, ops_s, rss, live, cpu_ops_s;
 } sample_t;
+
+static double cpu_sec(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Median of field `off` over samples whose time lies in [lo, hi). */
+static double window_median(const sample_t *s, size_t n, double lo, double hi, size_t off) {
+  double v[4096];
+  size_t k = 0;
+  for (size_t i = 0; i < n && k < 4096; i++)
+    if (s[i].t >= lo - 1e-9 && s[i].t < hi - 1e-9)
+      v[k++] = *(const double *)((const char *)&s[i] + off);
+  if (k == 0)
+    return 0;
+  qsort(v, k, sizeof v[0], cmp_double);
+  return k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
+}
+
+static double pct(double from, double to) { return from > 0 ? (to - from) / from * 100.0 : 0.0; }
 
 int main(int argc, char **argv) {
   if (argc < 2 || argc > 6) {
@@ -189,7 +221,7 @@ int main(int argc, char **argv) {
   }
   size_t ns = 0;
   uint64_t last_ops = 0;
-  double last_t = 0;
+  double last_t = 0, last_cpu = cpu_sec();
   for (size_t k = 1;; k++) {
     double target = (double)k * interval;
     if (target > seconds + 1e-9)
@@ -209,14 +241,17 @@ int main(int argc, char **argv) {
       live += atomic_load_explicit(&w[i].live, memory_order_relaxed);
     }
     double ops_s = (double)(ops - last_ops) / (t - last_t);
+    double cpu = cpu_sec();
+    double cpu_ops_s = cpu > last_cpu ? (double)(ops - last_ops) / (cpu - last_cpu) : 0.0;
     double rss = (double)rss_bytes();
     if (ns < nsamples_max)
-      samples[ns++] = (sample_t){t, ops_s, rss, (double)live};
-    printf("t: %.2f ops/s: %.0f rss_mb: %.1f live_mb: %.1f rss/live: %.2f\n", t, ops_s,
-           rss / 1048576.0, (double)live / 1048576.0, live > 0 ? rss / (double)live : 0.0);
+      samples[ns++] = (sample_t){t, ops_s, rss, (double)live, cpu_ops_s};
+    printf("t: %.2f ops/s: %.0f rss_mb: %.1f live_mb: %.1f rss/live: %.2f cpu_ops/s: %.0f\n", t, ops_s,
+           rss / 1048576.0, (double)live / 1048576.0, live > 0 ? rss / (double)live : 0.0, cpu_ops_s);
     fflush(stdout);
     last_ops = ops;
     last_t = t;
+    last_cpu = cpu;
     if (target >= seconds)
       break;
   }
@@ -270,6 +305,20 @@ int main(int argc, char **argv) {
   printf("rss_drift_pct: %.1f\n", rss_drift);
   printf("ops_20pct: %.0f ops_end: %.0f\n", a.ops_s, b.ops_s);
   printf("ops_drift_pct: %.1f\n", ops_drift);
+  /* Robust drift: window medians, 20%..35% of the run against the last 15%. */
+  double w0 = 0.2 * seconds, w1 = 0.35 * seconds, w2 = 0.85 * seconds, w3 = seconds + interval;
+  double r0 = window_median(samples, ns, w0, w1, offsetof(sample_t, rss));
+  double r1 = window_median(samples, ns, w2, w3, offsetof(sample_t, rss));
+  double o0 = window_median(samples, ns, w0, w1, offsetof(sample_t, ops_s));
+  double o1 = window_median(samples, ns, w2, w3, offsetof(sample_t, ops_s));
+  double c0 = window_median(samples, ns, w0, w1, offsetof(sample_t, cpu_ops_s));
+  double c1 = window_median(samples, ns, w2, w3, offsetof(sample_t, cpu_ops_s));
+  printf("median_windows: t=%.1f..%.1f vs t=%.1f..%.1f\n", w0, w1, w2, seconds);
+  printf("rss_median_mb: %.1f -> %.1f ops_median: %.0f -> %.0f cpu_ops_median: %.0f -> %.0f\n",
+         r0 / 1048576.0, r1 / 1048576.0, o0, o1, c0, c1);
+  printf("rss_drift_median_pct: %.1f\n", pct(r0, r1));
+  printf("ops_drift_median_pct: %.1f\n", pct(o0, o1));
+  printf("cpu_ops_drift_median_pct: %.1f\n", pct(c0, c1));
   printf("live_end_mb: %.1f\n", (double)live / 1048576.0);
   printf("rss_live_ratio: %.2f\n", live > 0 ? rss_end / (double)live : 0.0);
   printf("rss_live_ratio_mean: %.2f\n", ratio_n ? ratio_sum / (double)ratio_n : 0.0);

@@ -9,6 +9,9 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#ifndef __cplusplus
+#include <stdbool.h>
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -43,6 +46,7 @@ struct hak_os_stats {
   size_t mremap_calls;
   size_t mmap_failures;   /* mmap calls the OS refused */
   size_t committed_bytes; /* bytes currently mapped for hakmem */
+  size_t purged_bytes;    /* of those, given back with madvise and not reused since */
 };
 HAK_API void hak_os_stats_get(struct hak_os_stats *out);
 
@@ -107,6 +111,15 @@ HAK_API void hak_stats_print(FILE *f);
  * meaning, separated by tabs (what `hakmem options` shows). The options are
  * read from the environment first if no allocation has read them yet. */
 HAK_API void hak_options_write(int fd);
+/* Give unused memory back to the OS now, without waiting for
+ * HAKMEM_PURGE_DELAY_MS. all=false: the calling thread's unused memory (its
+ * empty slabs, the current ones included) and the shared caches (empty
+ * SuperSlabs, which are unmapped, and the large lane's cached spans).
+ * all=true: also every other thread's unused slabs and the memory of exited
+ * threads once the frees made into it are collected; malloc_trim(0) is
+ * hak_collect(true). Other threads' current slabs stay theirs. Returns 1
+ * if memory was given back, 0 if there was none to give. */
+HAK_API int hak_collect(bool all);
 
 /* Nonzero when this build checks internal invariants (make debug). */
 HAK_API int hak_debug_build(void);

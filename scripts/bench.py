@@ -69,11 +69,12 @@ BENCHMARKS = [
      ["2", "1500000", "64", "16", "1024", "42"], True),
     ("mid_large", "bench_mid_large", ["120000", "64", "42"], ["25000", "64", "42"], True),
     ("soak", "bench_soak", ["4", "2", "10000", "42", "1"], ["1.2", "2", "10000", "42", "0.4"], False),
+    ("frag", "bench_frag", ["256", "42"], ["64", "42"], True),
 ]
 
 # Rough seconds per run (full, quick), only used to estimate the time left.
 EXPECTED_SECS = {"bench_random_mixed": (0.6, 0.08), "bench_tiny": (0.8, 0.12), "larson": (1.05, 0.3),
-                 "bench_xthread": (0.8, 0.15), "bench_mid_large": (1.2, 0.25), "bench_soak": (4.1, 1.25)}
+                 "bench_xthread": (0.8, 0.15), "bench_mid_large": (1.2, 0.25), "bench_soak": (4.1, 1.25), "bench_frag": (1.5, 0.4)}
 STRACE_FACTOR = 1.3  # a strace run is a little slower
 
 # Extra figures some benchmarks print, kept in the JSON (median over runs).
@@ -442,6 +443,16 @@ def print_tables(results, bench_names, alloc_names):
             table(["allocator", "rss_drift%", "ops_drift%", "rss/live", "rss_end_MB", "live_end_MB",
                    "rss_after_free_MB"], rows)
 
+    frag = results.get("frag")
+    if frag:
+        rows = [[a, "%.2f" % frag[a]["extra"]["rss_live_ratio"]] for a in alloc_names
+                if frag.get(a) and "rss_live_ratio" in frag[a].get("extra", {})]
+        if rows:
+            log("")
+            log("frag: RSS / live bytes after half of a heap of small blocks is freed at random and mid-size "
+                "blocks are allocated")
+            table(["allocator", "rss/live"], rows)
+
     failures = [(b, a, s) for b in bench_names for a, s in results.get(b, {}).items() if s["status"] != "ok"]
     if failures:
         log("")
@@ -531,6 +542,18 @@ def write_markdown(path, data):
                 a, e.get("rss_drift_pct", float("nan")), e.get("ops_drift_pct", float("nan")),
                 e.get("rss_live_ratio", float("nan")), e.get("rss_end_mb", float("nan")),
                 e.get("live_end_mb", float("nan"))))
+    frag = results.get("frag")
+    if frag:
+        out.append("")
+        out.append("frag (median over the runs): RSS / live bytes after half of a heap of small blocks is freed at "
+                   "random and mid-size blocks are allocated:")
+        out.append("")
+        out.append("| allocator | RSS/live |")
+        out.append("|---|---:|")
+        for a in allocs:
+            e = (frag.get(a) or {}).get("extra")
+            if e and "rss_live_ratio" in e:
+                out.append("| %s | %.2f |" % (a, e["rss_live_ratio"]))
     if data.get("notes"):
         out.append("")
         for n in data["notes"]:

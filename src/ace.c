@@ -54,6 +54,7 @@ typedef struct span {
   uint64_t freed_ns;          /* when it entered the cache */
   struct span *next, *prev;   /* cache list; next also chains spans to unmap */
   uint32_t state;
+  uint32_t clean;             /* never handed out since it was mapped: nothing resident */
 } span_t;
 
 /* Descriptor table: chunk index -> descriptor, leaves of 2^13 (16 GiB of
@@ -207,6 +208,7 @@ static span_t *span_record(char *p, size_t len, uint32_t st) {
   s->len = len;
   s->next = s->prev = NULL;
   s->state = st;
+  s->clean = 0;
   reg_mark(s);
   return s;
 }
@@ -336,12 +338,14 @@ static span_t *coalesce(span_t *s, uint64_t now) {
     cache_unlink(n);
     n->state = SPAN_NONE;
     s->len += n->len;
+    s->clean &= n->clean;
   }
   span_t *p = span_ending_at(s->base);
   if (p != NULL && p->state == SPAN_CACHED && mergeable(p, s, now)) {
     cache_unlink(p);
     s->state = SPAN_NONE;
     p->len += s->len;
+    p->clean &= s->clean;
     s = p;
   }
   s->state = SPAN_CACHED;
@@ -368,6 +372,7 @@ static void span_split(span_t *s, size_t len, uint64_t freed_ns, span_t **list) 
   size_t rest = s->len - len;
   s->len = len;
   span_t *r = span_record(s->base + len, rest, SPAN_USED);
+  r->clean = s->clean;
   cache_put(r, freed_ns, true, list);
 }
 
@@ -415,6 +420,7 @@ static span_t *cache_take(size_t len, size_t align, uint64_t now, span_t **list)
   cache_unlink(s);
   s->state = SPAN_USED;
   if (s->len > len) span_split(s, len, now, list);
+  s->clean = 0;
   return s;
 }
 
@@ -528,7 +534,9 @@ static void *ace_alloc(size_t n, size_t asked_align, bool *fresh) {
   leaves_install(p, map, &l);
   if (p != NULL) {
     s = span_record(p, map, SPAN_USED);
+    s->clean = 1; /* the rest of a refill stays clean until handed out */
     if (map > len) span_split(s, len, hm_now_ns(), &list);
+    s->clean = 0;
   }
   pthread_mutex_unlock(&ace_lock);
   unmap_list(list);
@@ -585,6 +593,7 @@ static void large_free(void *p) {
   cache_put(s, now, false, &list);
   pthread_mutex_unlock(&ace_lock);
   unmap_list(list);
+  hm_purge_note_idle(now); /* a purge step gives back spans left idle (hm_large_release) */
 }
 
 size_t hm_large_usable(const void *p) {
@@ -598,8 +607,13 @@ size_t hm_large_release(uint64_t min_idle_ns) {
   uint64_t now = hm_now_ns();
   pthread_mutex_lock(&ace_lock);
   for (unsigned k = 1; k <= ACE_BUCKETS; k++) {
-    span_t *s;
-    while ((s = buckets[k].tail) != NULL && (min_idle_ns == 0 || now - s->freed_ns >= min_idle_ns)) doom(s, &list);
+    /* oldest first; an idle release (a purge step) leaves clean spans, the
+     * never used rest of a refill: unmapping them gives back no memory */
+    span_t *s = buckets[k].tail, *newer;
+    for (; s != NULL && (min_idle_ns == 0 || now - s->freed_ns >= min_idle_ns); s = newer) {
+      newer = s->prev;
+      if (min_idle_ns == 0 || !s->clean) doom(s, &list);
+    }
   }
   pthread_mutex_unlock(&ace_lock);
   return unmap_list(list);

@@ -15,6 +15,7 @@ void hm_free_slow(void *p) {
   unsigned k = hm_reg_kind((uintptr_t)p);
   if (k == REG_LARGE_HEAD || k == REG_LARGE_TAIL) {
     hm_large_free(p);
+    hm_purge_tick();
     return;
   }
   hm_ensure_init();
@@ -159,11 +160,11 @@ int hak_malloc_trim(size_t pad) {
     return libc_trim != NULL ? libc_trim(pad) : 0;
   }
   (void)pad;
-  /* Unmaps empty SuperSlabs, exited threads' included, and the large
-   * lane's cached spans; purging inside live ones comes with the purge
-   * policy (large-lane issue). */
-  hm_heap_flush_foreign(hm_tls_heap);
-  hm_heap_reclaim_abandoned();
-  size_t released = hm_backend_release_cached();
-  return released + hm_large_release(0) != 0;
+  return hm_collect(true);
+}
+
+int hak_collect(bool all) {
+  hm_ensure_init();
+  if (hm_force_libc) return 0;
+  return hm_collect(all);
 }

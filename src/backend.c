@@ -3,20 +3,48 @@
  * SuperSlabs are carved from 2 MiB-aligned reservations (32 MiB when the OS
  * allows, else one SuperSlab at a time). Empty SuperSlabs come back here and
  * are reused before anything new is mapped, so a steady workload makes no
- * system calls. Every OS call is counted (slow paths only). */
+ * system calls. The cache of empty SuperSlabs is kept outside them (an
+ * array, newest on top), so a whole SuperSlab, header included, can be given
+ * back with madvise and adjacent ones in one call. Every OS call is counted
+ * (slow paths only). */
 #include <pthread.h>
 #include <sys/mman.h>
 
 #include "internal.h"
 
 #define REGION_SIZE ((size_t)32 << 20)
+#define PURGE_BATCH 64   /* SuperSlabs given back per call at most */
+
+/* An empty SuperSlab in the cache: since when, and how much of it is
+ * already given back (SS_SIZE once purged whole). */
+typedef struct {
+  superslab_t *ss;
+  uint64_t since_ns;
+  size_t purged;
+} cached_t;
 
 static pthread_mutex_t backend_lock = PTHREAD_MUTEX_INITIALIZER;
-static superslab_t *empty_ss;           /* empty SuperSlabs, ready for reuse */
+/* cache[0 .. cache_clean) are purged whole; cache[cache_clean .. cache_n)
+ * are resident, oldest first. Allocation takes the top (the most recent). */
+static cached_t *cache;
+static size_t cache_n, cache_cap, cache_clean;
 static char *region_cur, *region_end;   /* unused part of the last reservation */
 static uintptr_t ss_lo = UINTPTR_MAX, ss_hi; /* bounds of every SuperSlab carved (the report's walk) */
+static _Atomic size_t region_left;      /* its size, for the resident estimate */
+static _Atomic size_t cache_resident;   /* bytes of cached SuperSlabs not given back */
+/* Every reservation, for walking the SuperSlabs in use (hm_backend_for_each_ss). */
+typedef struct {
+  char *base;
+  size_t len;
+} region_t;
+static region_t *regions;
+static size_t region_n, region_cap;
 
 static _Atomic size_t n_mmap, n_munmap, n_madvise, n_mremap, n_mmap_fail, committed, purged;
+static _Atomic size_t purged_total; /* cumulative bytes given back with madvise (the report) */
+static _Atomic size_t n_ss_alloc, n_ss_free, n_fallback, n_huge;
+
+static void *meta_alloc_locked(size_t size);
 
 static void *os_map_once(size_t len) {
   void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -29,21 +57,52 @@ static void *os_map_once(size_t len) {
   return p;
 }
 
-/* Unmap the cached empty SuperSlabs and the unused rest of the last
- * reservation. Returns the bytes given back. backend_lock held. */
+static int cmp_cached(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t)((const cached_t *)a)->ss, y = (uintptr_t)((const cached_t *)b)->ss;
+  return x < y ? -1 : x > y;
+}
+
+/* Sort entries by address (insertion sort: batches are small or rare). */
+static void sort_by_address(cached_t *e, size_t n) {
+  for (size_t i = 1; i < n; i++) {
+    cached_t x = e[i];
+    size_t j = i;
+    for (; j > 0 && cmp_cached(&e[j - 1], &x) > 0; j--) e[j] = e[j - 1];
+    e[j] = x;
+  }
+}
+
+/* Length of the run of address-adjacent SuperSlabs starting at e[0]. */
+static size_t adjacent_run(const cached_t *e, size_t n) {
+  size_t k = 1;
+  while (k < n && (char *)e[k].ss == (char *)e[k - 1].ss + SS_SIZE) k++;
+  return k;
+}
+
+/* Unmap the cached empty SuperSlabs (adjacent ones in one call) and the
+ * unused rest of the last reservation. Returns the bytes given back.
+ * backend_lock held. */
 static size_t release_cached_locked(void) {
   size_t bytes = 0;
-  while (empty_ss != NULL) {
-    superslab_t *ss = empty_ss;
-    empty_ss = ss->next;
-    hm_registry[(uintptr_t)ss >> SS_SHIFT] = REG_NONE;
-    hm_os_unmap(ss, SS_SIZE);
-    bytes += SS_SIZE;
+  sort_by_address(cache, cache_n);
+  for (size_t i = 0; i < cache_n;) {
+    size_t k = adjacent_run(cache + i, cache_n - i);
+    size_t was_purged = 0;
+    for (size_t j = i; j < i + k; j++) {
+      hm_registry[(uintptr_t)cache[j].ss >> SS_SHIFT] = REG_NONE;
+      was_purged += cache[j].purged;
+    }
+    hm_os_unmap(cache[i].ss, k * SS_SIZE);
+    hm_os_purged_sub(was_purged);
+    bytes += k * SS_SIZE - was_purged;
+    i += k;
   }
+  cache_n = cache_clean = 0;
+  atomic_store_explicit(&cache_resident, 0, memory_order_relaxed);
   if (region_cur != region_end) {
-    bytes += (size_t)(region_end - region_cur);
     hm_os_unmap(region_cur, (size_t)(region_end - region_cur));
     region_cur = region_end = NULL;
+    atomic_store_explicit(&region_left, 0, memory_order_relaxed);
   }
   return bytes;
 }
@@ -63,7 +122,11 @@ static void *os_map_retry(size_t len, bool locked) {
   return p;
 }
 
-void *hm_os_map(size_t len) { return os_map_retry(len, false); }
+/* Only the large lane maps through here: each call is one span. */
+void *hm_os_map(size_t len) {
+  atomic_fetch_add_explicit(&n_huge, 1, memory_order_relaxed);
+  return os_map_retry(len, false);
+}
 
 void hm_os_unmap(void *p, size_t len) {
   if (len == 0) return;
@@ -78,8 +141,24 @@ int hm_os_purge(void *p, size_t len) {
   if (len == 0) return 0;
   if (madvise(p, len, MADV_DONTNEED) != 0) return -1;
   atomic_fetch_add_explicit(&n_madvise, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&purged, len, memory_order_relaxed);
+  atomic_fetch_add_explicit(&purged_total, len, memory_order_relaxed);
   return 0;
+}
+
+size_t hm_backend_cached_resident(void) { return atomic_load_explicit(&cache_resident, memory_order_relaxed); }
+
+void hm_os_purged_add(size_t bytes) { atomic_fetch_add_explicit(&purged, bytes, memory_order_relaxed); }
+
+void hm_os_purged_sub(size_t bytes) {
+  if (bytes == 0) return;
+  atomic_fetch_sub_explicit(&purged, bytes, memory_order_relaxed);
+}
+
+size_t hm_os_resident_estimate(void) {
+  size_t c = atomic_load_explicit(&committed, memory_order_relaxed);
+  size_t p = atomic_load_explicit(&purged, memory_order_relaxed);
+  size_t untouched = atomic_load_explicit(&region_left, memory_order_relaxed);
+  return c > p + untouched ? c - p - untouched : 0;
 }
 
 /* Resize a mapping, moving it if may_move; NULL if the OS refused. */
@@ -104,64 +183,198 @@ static void *os_map_aligned(size_t len) {
   return base;
 }
 
+static void add_region(char *base, size_t len) {
+  if (region_n == region_cap) {
+    size_t cap = region_cap ? region_cap * 2 : 64;
+    region_t *r = meta_alloc_locked(cap * sizeof *r);
+    if (r == NULL) return; /* its SuperSlabs are then only purged once empty */
+    if (region_n != 0) memcpy(r, regions, region_n * sizeof *r);
+    regions = r; /* the old array stays: metadata is never freed */
+    region_cap = cap;
+  }
+  regions[region_n++] = (region_t){base, len};
+}
+
 superslab_t *hm_backend_ss_alloc(void) {
   superslab_t *ss = NULL;
   pthread_mutex_lock(&backend_lock);
-  if (empty_ss != NULL) {
-    ss = empty_ss;
-    empty_ss = ss->next;
-  } else {
-    if (region_cur == region_end) {
-      char *r = os_map_aligned(REGION_SIZE);
-      size_t len = REGION_SIZE;
-      if (r == NULL) {  /* near the address-space limit: one SuperSlab only */
-        r = os_map_aligned(SS_SIZE);
-        len = SS_SIZE;
-      }
-      if (r != NULL) {
-        region_cur = r;
-        region_end = r + len;
-      }
+  if (cache_n != 0) {
+    cached_t e = cache[--cache_n];
+    if (cache_clean > cache_n) cache_clean = cache_n;
+    atomic_fetch_sub_explicit(&cache_resident, SS_SIZE - e.purged, memory_order_relaxed);
+    ss = e.ss;
+    hm_registry[(uintptr_t)ss >> SS_SHIFT] = REG_SS;
+    pthread_mutex_unlock(&backend_lock);
+    if (e.purged == SS_SIZE) hm_purge_regret(e.since_ns, hm_now_ns());
+    /* what was given back is counted as committed again once handed out */
+    hm_os_purged_sub(e.purged);
+    atomic_fetch_add_explicit(&n_ss_alloc, 1, memory_order_relaxed);
+    return ss;
+  }
+  if (region_cur == region_end) {
+    char *r = os_map_aligned(REGION_SIZE);
+    size_t len = REGION_SIZE;
+    if (r == NULL) {  /* near the address-space limit: one SuperSlab only */
+      r = os_map_aligned(SS_SIZE);
+      len = SS_SIZE;
+      if (r != NULL) atomic_fetch_add_explicit(&n_fallback, 1, memory_order_relaxed);
     }
-    if (region_cur != region_end) {
-      ss = (superslab_t *)region_cur;
-      region_cur += SS_SIZE;
-      if ((uintptr_t)ss < ss_lo) ss_lo = (uintptr_t)ss;
-      if ((uintptr_t)ss > ss_hi) ss_hi = (uintptr_t)ss;
-      /* registered only once carved: an uncarved chunk has no header yet */
-      hm_registry[(uintptr_t)ss >> SS_SHIFT] = REG_SS;
+    if (r != NULL) {
+      add_region(r, len); /* first: it may give back what is cached */
+      region_cur = r;
+      region_end = r + len;
     }
+  }
+  if (region_cur != region_end) {
+    ss = (superslab_t *)region_cur;
+    region_cur += SS_SIZE;
+    if ((uintptr_t)ss < ss_lo) ss_lo = (uintptr_t)ss;
+    if ((uintptr_t)ss > ss_hi) ss_hi = (uintptr_t)ss;
+    atomic_store_explicit(&region_left, (size_t)(region_end - region_cur), memory_order_relaxed);
+    /* registered only once carved: an uncarved chunk has no header yet */
+    hm_registry[(uintptr_t)ss >> SS_SHIFT] = REG_SS;
+    atomic_fetch_add_explicit(&n_ss_alloc, 1, memory_order_relaxed);
   }
   pthread_mutex_unlock(&backend_lock);
   return ss;
 }
 
+/* Room for one more cache entry; false if no metadata could be had. */
+static bool cache_reserve_locked(void) {
+  if (cache_n < cache_cap) return true;
+  size_t cap = cache_cap ? cache_cap * 2 : 256;
+  cached_t *c = meta_alloc_locked(cap * sizeof *c);
+  if (c == NULL) return false;
+  if (cache_n != 0) memcpy(c, cache, cache_n * sizeof *c);
+  cache = c; /* the old array stays: metadata is never freed */
+  cache_cap = cap;
+  return true;
+}
+
 void hm_backend_ss_free(superslab_t *ss) {
   HM_ASSERT(atomic_load(&ss->owner) == NULL);
+  size_t was_purged = hm_purge_ss_leave(ss);
+  uint64_t now = hm_now_ns();
+  atomic_fetch_add_explicit(&n_ss_free, 1, memory_order_relaxed);
   pthread_mutex_lock(&backend_lock);
-  ss->next = empty_ss;
-  empty_ss = ss;
+  if (!cache_reserve_locked()) {
+    hm_registry[(uintptr_t)ss >> SS_SHIFT] = REG_NONE;
+    hm_os_unmap(ss, SS_SIZE);
+    pthread_mutex_unlock(&backend_lock);
+    hm_os_purged_sub(was_purged);
+    return;
+  }
+  cache[cache_n++] = (cached_t){ss, now, was_purged};
+  atomic_fetch_add_explicit(&cache_resident, SS_SIZE - was_purged, memory_order_relaxed);
+  hm_registry[(uintptr_t)ss >> SS_SHIFT] = REG_SS_CACHED;
+  pthread_mutex_unlock(&backend_lock);
+  if (hm_purge_mode == PURGE_EAGER) {
+    uint64_t next = UINT64_MAX;
+    hm_backend_purge_cached(now, 0, SIZE_MAX, &next);
+  } else if (hm_purge_mode == PURGE_OFF) {
+    hm_purge_count_disabled();
+  } else {
+    hm_purge_note_idle(now);
+  }
+}
+
+size_t hm_backend_purge_cached(uint64_t now, uint64_t delay_ns, size_t budget, uint64_t *next_due) {
+  cached_t batch[PURGE_BATCH];
+  size_t k = 0, bytes = 0;
+  pthread_mutex_lock(&backend_lock);
+  size_t i = cache_clean;
+  while (i < cache_n && k < PURGE_BATCH && bytes < budget && cache[i].since_ns + delay_ns <= now) {
+    bytes += SS_SIZE - cache[i].purged;
+    batch[k++] = cache[i++];
+  }
+  if (i < cache_n) {
+    /* not yet idle long enough, or out of budget: when to come back */
+    uint64_t due = cache[i].since_ns + delay_ns <= now ? now : cache[i].since_ns + delay_ns;
+    if (due < *next_due) *next_due = due;
+  }
+  if (k == 0) {
+    pthread_mutex_unlock(&backend_lock);
+    return 0;
+  }
+  /* Out of the cache while the OS works, so that nobody reuses them. */
+  memmove(cache + cache_clean, cache + i, (cache_n - i) * sizeof *cache);
+  cache_n -= k;
+  atomic_fetch_sub_explicit(&cache_resident, bytes, memory_order_relaxed);
+  pthread_mutex_unlock(&backend_lock);
+
+  sort_by_address(batch, k);
+  for (size_t j = 0; j < k;) {
+    size_t run = adjacent_run(batch + j, k - j);
+    hm_os_purge(batch[j].ss, run * SS_SIZE);
+    j += run;
+  }
+  hm_os_purged_add(bytes);
+  uint64_t done = hm_now_ns();
+  for (size_t j = 0; j < k; j++) { /* since_ns now says when it was given back */
+    batch[j].purged = SS_SIZE;
+    batch[j].since_ns = done;
+  }
+
+  pthread_mutex_lock(&backend_lock);
+  for (size_t j = 0; j < k; j++) {
+    if (!cache_reserve_locked()) { /* no metadata: give the rest back whole */
+      for (; j < k; j++) {
+        hm_registry[(uintptr_t)batch[j].ss >> SS_SHIFT] = REG_NONE;
+        hm_os_unmap(batch[j].ss, SS_SIZE);
+        hm_os_purged_sub(SS_SIZE);
+      }
+      break;
+    }
+    /* purged ones go below the resident ones */
+    memmove(cache + cache_clean + 1, cache + cache_clean, (cache_n - cache_clean) * sizeof *cache);
+    cache[cache_clean++] = batch[j];
+    cache_n++;
+  }
+  pthread_mutex_unlock(&backend_lock);
+  return bytes;
+}
+
+void hm_backend_for_each_ss(bool (*fn)(superslab_t *ss, void *arg), void *arg) {
+  pthread_mutex_lock(&backend_lock);
+  for (size_t r = 0; r < region_n; r++) {
+    for (size_t off = 0; off < regions[r].len; off += SS_SIZE) {
+      char *c = regions[r].base + off;
+      if (hm_registry[(uintptr_t)c >> SS_SHIFT] != REG_SS) continue;
+      if (!fn((superslab_t *)c, arg)) goto out;
+    }
+  }
+out:
   pthread_mutex_unlock(&backend_lock);
 }
 
-/* Metadata (thread heaps): bump allocation from mapped chunks, never freed;
- * heaps are recycled by heap.c, so this stays bounded. */
-void *hm_meta_alloc(size_t size) {
+void hm_backend_ss_counts(struct hm_ss_counts *out) {
+  out->ss_alloc = atomic_load_explicit(&n_ss_alloc, memory_order_relaxed);
+  out->ss_free = atomic_load_explicit(&n_ss_free, memory_order_relaxed);
+  out->fallback_mmap = atomic_load_explicit(&n_fallback, memory_order_relaxed);
+  out->huge_alloc = atomic_load_explicit(&n_huge, memory_order_relaxed);
+}
+
+/* Metadata (thread heaps, the cache and region arrays): bump allocation
+ * from mapped chunks, never freed; heaps are recycled by heap.c and the
+ * arrays only double, so this stays bounded. backend_lock held. */
+static void *meta_alloc_locked(size_t size) {
   static char *cur, *end;
   size = (size + 63) & ~(size_t)63;
-  pthread_mutex_lock(&backend_lock);
   if ((size_t)(end - cur) < size) {
     size_t chunk = size > ((size_t)64 << 10) ? size : ((size_t)64 << 10);
     char *p = os_map_retry(chunk, true);
-    if (p == NULL) {
-      pthread_mutex_unlock(&backend_lock);
-      return NULL;
-    }
+    if (p == NULL) return NULL;
     cur = p;
     end = p + chunk;
   }
   void *r = cur;
   cur += size;
+  return r;
+}
+
+void *hm_meta_alloc(size_t size) {
+  pthread_mutex_lock(&backend_lock);
+  void *r = meta_alloc_locked(size);
   pthread_mutex_unlock(&backend_lock);
   return r;
 }
@@ -178,12 +391,12 @@ void hm_backend_walk_ss(void (*fn)(superslab_t *ss, void *arg), void *arg) {
 size_t hm_backend_cached_bytes(void) {
   pthread_mutex_lock(&backend_lock);
   size_t bytes = (size_t)(region_end - region_cur);
-  for (superslab_t *ss = empty_ss; ss != NULL; ss = ss->next) bytes += SS_SIZE;
+  bytes += cache_n * SS_SIZE;
   pthread_mutex_unlock(&backend_lock);
   return bytes;
 }
 
-size_t hm_os_purged_bytes(void) { return atomic_load_explicit(&purged, memory_order_relaxed); }
+size_t hm_os_purged_bytes(void) { return atomic_load_explicit(&purged_total, memory_order_relaxed); }
 
 void hm_backend_fork_prepare(void) { pthread_mutex_lock(&backend_lock); }
 void hm_backend_fork_parent(void) { pthread_mutex_unlock(&backend_lock); }
@@ -197,4 +410,5 @@ void hak_os_stats_get(struct hak_os_stats *out) {
   out->mremap_calls = atomic_load_explicit(&n_mremap, memory_order_relaxed);
   out->mmap_failures = atomic_load_explicit(&n_mmap_fail, memory_order_relaxed);
   out->committed_bytes = atomic_load_explicit(&committed, memory_order_relaxed);
+  out->purged_bytes = atomic_load_explicit(&purged, memory_order_relaxed);
 }

@@ -137,9 +137,12 @@ void hm_check_slab(const slab_t *s) {
 /* ---- slabs ------------------------------------------------------------- */
 
 static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
-  unsigned i = (unsigned)__builtin_ctz(ss->free_mask);
+  /* a slab still resident before one given back to the OS */
+  uint32_t resident = ss->free_mask & atomic_load_explicit(&ss->dirty, memory_order_relaxed);
+  unsigned i = (unsigned)__builtin_ctz(resident != 0 ? resident : ss->free_mask);
   ss->free_mask &= ~(1u << i);
   if (ss->free_mask == 0) partial_unlink(h, ss);
+  hm_purge_slab_take(ss, i); /* waits if a purger is giving it back right now */
   slab_t *s = &ss->slabs[i];
   size_t bytes = (size_t)1 << ss->slab_shift;
   char *start = (char *)ss + ((size_t)i << ss->slab_shift);
@@ -181,6 +184,7 @@ static bool slab_release(heap_t *h, slab_t *s) {
     hm_backend_ss_free(ss);
     return true;
   }
+  hm_purge_slab_unused(ss, s->index);
   if (had_none) partial_push(h, ss);
   return false;
 }
@@ -519,6 +523,7 @@ void *hm_alloc_slow(size_t n) {
       return NULL;
     }
   }
+  hm_purge_tick();
   return heap_alloc(h, hm_size_class(n));
 }
 
@@ -538,7 +543,10 @@ void hm_free_local_slow(heap_t *h, slab_t *s) {
     slab_unfull(s, 1);
     avail_push(h, s);
   }
-  if (s->used == 0 && h->cur[s->cls] != s) slab_release(h, s);
+  if (s->used == 0) {
+    if (h->cur[s->cls] != s) slab_release(h, s);
+    hm_purge_tick(); /* a slab emptied: also what a program freeing at a low rate does */
+  }
 }
 
 /* Push the chain head..tail of blocks of slab s on its remote list; wake
@@ -657,6 +665,7 @@ void hm_heap_reclaim_abandoned(void) {
   for (unsigned k = 0; k < NUM_KINDS; k++) {
     superslab_t **link = &abandoned[k], *ss;
     while ((ss = *link) != NULL) {
+      uint32_t emptied = 0;
       for (unsigned i = 0; i < ss->nslabs; i++) {
         slab_t *s = &ss->slabs[i];
         if (ss->free_mask & (1u << i)) continue;
@@ -665,18 +674,51 @@ void hm_heap_reclaim_abandoned(void) {
         if (s->used == 0) {
           hm_stats_released(s->cls, s->carved);
           s->in_use = SLAB_UNUSED;
-          ss->free_mask |= 1u << i;
+          emptied |= 1u << i;
         }
       }
+      ss->free_mask |= emptied;
       if (ss->free_mask == ss_all_mask(ss)) {
         *link = ss->next;
         hm_backend_ss_free(ss);
       } else {
+        for (; emptied != 0; emptied &= emptied - 1) hm_purge_slab_unused(ss, (unsigned)__builtin_ctz(emptied));
         link = &ss->next;
       }
     }
   }
   pthread_mutex_unlock(&heap_lock);
+}
+
+/* hak_collect: give back what the calling thread holds unused: its empty
+ * current slabs, slabs emptied by other threads' frees, and the unused
+ * slabs of its SuperSlabs. Returns the bytes given back with madvise. */
+size_t hm_heap_collect_own(void) {
+  heap_t *h = hm_tls_heap;
+  if (h == &hm_empty_heap) return 0;
+  if (atomic_load_explicit(&h->pending_hint, memory_order_relaxed)) heap_process_pending(h);
+  for (unsigned c = 0; c < NUM_CLASSES; c++) {
+    slab_t *s = h->cur[c];
+    if (s == &hm_empty_slab || s->in_use == SLAB_FOREIGN) continue;
+    slab_collect_remote(s);
+    if (s->used != 0) continue;
+    heap_set_cur(h, c, &hm_empty_slab);
+    slab_release(h, s);
+  }
+  size_t bytes = 0;
+  superslab_t *next;
+  for (superslab_t *ss = h->all; ss != NULL; ss = next) {
+    next = ss->all_next;
+    bool gone = false;
+    for (unsigned i = 0; i < ss->nslabs && !gone; i++) {
+      slab_t *s = &ss->slabs[i];
+      if (s->in_use != SLAB_LISTED || atomic_load_explicit(&s->remote, memory_order_relaxed) <= REMOTE_NOTIFY) continue;
+      slab_collect_remote(s);
+      if (s->used == 0) gone = slab_release(h, s);
+    }
+    if (!gone) bytes += hm_purge_ss_now(ss);
+  }
+  return bytes;
 }
 
 /* fork: no thread may hold the lock while the child is created. The child

@@ -13,6 +13,7 @@ int hm_force_libc;
 _Atomic int hm_init_state;
 
 static void fork_prepare(void) {
+  hm_purge_fork_prepare();
   hm_heap_fork_prepare();
   hm_backend_fork_prepare();
   hm_large_fork_prepare(); /* after the backend's: its OOM retry takes the lane's lock */
@@ -21,11 +22,13 @@ static void fork_parent(void) {
   hm_large_fork_parent();
   hm_backend_fork_parent();
   hm_heap_fork_parent();
+  hm_purge_fork_parent();
 }
 static void fork_child(void) {
   hm_large_fork_child();
   hm_backend_fork_child();
   hm_heap_fork_child();
+  hm_purge_fork_child();
 }
 
 void hm_init_slow(void) {
@@ -34,6 +37,7 @@ void hm_init_slow(void) {
     hm_options_init();
     if (hm_opt[HM_OPT_VERBOSE]) hm_options_print_config();
     hm_force_libc = (int)hm_opt[HM_OPT_FORCE_LIBC_ALLOC];
+    hm_purge_init();
     hm_heap_process_init();
     atomic_store_explicit(&hm_init_state, 2, memory_order_release);
     pthread_atfork(fork_prepare, fork_parent, fork_child);

@@ -47,7 +47,9 @@ enum { KIND_SMALL = 0, KIND_MEDIUM = 1, KIND_BIG = 2, NUM_KINDS = 3 };
 /* The registry: one byte per 2 MiB of the 47-bit user address space. */
 #define REG_ADDR_BITS 47
 #define REG_ENTRIES ((size_t)1 << (REG_ADDR_BITS - SS_SHIFT))
-enum { REG_NONE = 0, REG_SS = 1, REG_LARGE_HEAD = 2, REG_LARGE_TAIL = 3 };
+/* REG_SS_CACHED: an empty SuperSlab in the backend's cache (its header may
+ * have been given back to the OS, so nothing may read it). */
+enum { REG_NONE = 0, REG_SS = 1, REG_LARGE_HEAD = 2, REG_LARGE_TAIL = 3, REG_SS_CACHED = 4 };
 extern HM_HIDDEN uint8_t hm_registry[REG_ENTRIES];
 
 HM_INLINE unsigned hm_reg_kind(uintptr_t a) {
@@ -115,6 +117,13 @@ typedef struct superslab {
   /* Each slab's class, read by other threads' frees: a line the owner
    * rarely writes, unlike the slab descriptors. */
   uint8_t slab_cls[SS_MAX_SLABS];
+  /* Giving unused slabs back (purge.c); one bit per slab. Only the owner
+   * sets `dirty`; a purger claims bits by setting `purging` and clearing
+   * `dirty`, so the owner taking a slab back waits for a purge under way. */
+  _Atomic uint32_t dirty;                 /* unused and resident */
+  _Atomic uint32_t purging;               /* a purger is giving it back now */
+  _Atomic uint32_t purged;                /* given back since it became unused */
+  _Atomic uint32_t idle_ms[SS_MAX_SLABS]; /* when it became unused (ms clock) */
 } superslab_t;
 _Static_assert(offsetof(superslab_t, owner) % 64 == 0, "the SuperSlab's fields start a cache line");
 _Static_assert(sizeof(superslab_t) <= SS_HEADER_SIZE, "header fits its page");
@@ -243,6 +252,7 @@ HM_HIDDEN void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b);
 HM_HIDDEN void hm_heap_flush_foreign(heap_t *h);
 HM_HIDDEN void hm_heap_thread_exit(heap_t *h);
 HM_HIDDEN void hm_heap_reclaim_abandoned(void);
+HM_HIDDEN size_t hm_heap_collect_own(void);
 HM_HIDDEN void hm_heap_fork_prepare(void);
 HM_HIDDEN void hm_heap_fork_parent(void);
 HM_HIDDEN void hm_heap_fork_child(void);
@@ -276,6 +286,22 @@ HM_HIDDEN size_t hm_backend_cached_bytes(void);
 HM_HIDDEN size_t hm_os_purged_bytes(void);
 /* heap.c, for the report: bytes in blocks handed out, per slab lane */
 HM_HIDDEN void hm_ss_in_use(superslab_t *ss, size_t in_use[2]);
+/* Empty SuperSlabs idle for delay_ns are given back with madvise, oldest
+ * first, at most `budget` bytes; *next_due is lowered to when the next one
+ * becomes due (now if the budget ran out). Returns the bytes given back. */
+HM_HIDDEN size_t hm_backend_purge_cached(uint64_t now, uint64_t delay_ns, size_t budget, uint64_t *next_due);
+/* Calls fn on every SuperSlab in use (owned or abandoned) with the backend
+ * lock held, so none is unmapped meanwhile; stops when fn returns false. */
+HM_HIDDEN void hm_backend_for_each_ss(bool (*fn)(superslab_t *ss, void *arg), void *arg);
+/* Bytes given back with madvise and not yet reused (part of committed). */
+HM_HIDDEN void hm_os_purged_add(size_t bytes);
+HM_HIDDEN void hm_os_purged_sub(size_t bytes);
+/* hakmem's resident memory as it counts it: mapped, minus given back, minus
+ * the untouched rest of the last reservation. An upper bound. */
+HM_HIDDEN size_t hm_os_resident_estimate(void);
+HM_HIDDEN size_t hm_backend_cached_resident(void); /* cached empty SuperSlabs not given back */
+struct hm_ss_counts { size_t ss_alloc, ss_free, fallback_mmap, huge_alloc; };
+HM_HIDDEN void hm_backend_ss_counts(struct hm_ss_counts *out);
 /* ace.c (the large lane) */
 HM_HIDDEN void *hm_large_alloc(size_t n, size_t align);
 HM_HIDDEN void *hm_large_calloc(size_t n);
@@ -288,6 +314,36 @@ HM_HIDDEN void hm_large_fork_child(void);
 /* Give back the large lane's cached spans idle for at least min_idle_ns
  * (0: all of them); returns the bytes given back. */
 HM_HIDDEN size_t hm_large_release(uint64_t min_idle_ns);
+/* purge.c: giving unused memory back (docs/DESIGN.md, "Memory given back") */
+enum { PURGE_LAZY = 0, PURGE_EAGER = 1, PURGE_OFF = 2 };
+extern HM_HIDDEN int hm_purge_mode;
+extern HM_HIDDEN uint64_t hm_purge_delay_ns;
+extern HM_HIDDEN size_t hm_rss_limit;          /* bytes; 0: no limit */
+extern HM_HIDDEN _Atomic uint64_t hm_purge_due_ns; /* when a purge step is due */
+HM_HIDDEN void hm_purge_init(void);
+HM_HIDDEN void hm_purge_slab_unused(superslab_t *ss, unsigned i);
+HM_HIDDEN void hm_purge_slab_take(superslab_t *ss, unsigned i);
+HM_HIDDEN size_t hm_purge_ss_leave(superslab_t *ss);
+HM_HIDDEN size_t hm_purge_ss_now(superslab_t *ss);
+/* Something became unused at `now` (ns): a step is due after the delay.
+ * The large lane calls this when it caches a span. */
+HM_HIDDEN void hm_purge_note_idle(uint64_t now);
+/* Memory given back at purged_at (ns) is reused at now. */
+HM_HIDDEN void hm_purge_regret(uint64_t purged_at, uint64_t now);
+HM_HIDDEN size_t hm_purge_unused_resident(void);
+HM_HIDDEN void hm_purge_count_disabled(void);
+HM_HIDDEN int hm_collect(bool all);
+HM_HIDDEN void hm_purge_fork_prepare(void);
+HM_HIDDEN void hm_purge_fork_parent(void);
+HM_HIDDEN void hm_purge_fork_child(void);
+HM_HIDDEN void hm_purge_tick_clock(void);
+extern HM_HIDDEN __thread uint32_t hm_tick_countdown __attribute__((tls_model("initial-exec")));
+/* On slow paths: every HM_TICK_EVERY-th call reads the coarse clock (vDSO)
+ * and runs a purge step if one is due. */
+#define HM_TICK_EVERY 16
+HM_INLINE void hm_purge_tick(void) {
+  if (unlikely(--hm_tick_countdown == 0)) hm_purge_tick_clock();
+}
 /* error.c */
 HM_HIDDEN HM_NORETURN void hm_fatal(const char *what, const void *p, const char *reason);
 HM_HIDDEN void hm_write_str(const char *s);

@@ -1,0 +1,508 @@
+/* Giving memory back: test_purge MODE [ARG]. The purge settings come from the
+ * environment (tests/CMakeLists.txt sets them per test); RSS is read from
+ * /proc/self/statm, OS calls from hak_os_stats_get. hakmem-specific.
+ *
+ *   off        HAKMEM_PURGE=off or HAKMEM_NO_MADVISE=1: madvise never called
+ *   eager      HAKMEM_PURGE=eager: madvise as soon as memory is freed
+ *   lazy       HAKMEM_PURGE_DELAY_MS=600: not before the delay, soon after
+ *   trim       malloc_trim(0), hak_collect(false) and hak_collect(true)
+ *   reuse      purged memory reused: zeros, contents kept, honest byte counts
+ *   race       threads reuse slabs while others purge them (no lost writes)
+ *   bg         HAKMEM_BG_PURGE=1: RSS falls while the program sleeps; in a
+ *              forked child too
+ *   bg_control the same without the background purger: RSS stays
+ *   limit      HAKMEM_RSS_LIMIT_MB=32: freed memory goes back at once
+ *   burst N    N MiB of small blocks freed, then low-rate activity: RSS below
+ *              10% of the peak within about a second
+ *   stats      HAKMEM_SS_OS_STATS=1 prints one well-formed line at exit
+ *   steady     bench_random_mixed's loop at ws 400 and 40,000: no OS call
+ *              after warm-up */
+#define _GNU_SOURCE
+#include "test_common.h"
+
+#include <malloc.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "hakmem.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_s(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+static struct hak_os_stats os(void) {
+  struct hak_os_stats s;
+  hak_os_stats_get(&s);
+  return s;
+}
+
+typedef struct {
+  void **v;
+  size_t n;
+} blocks_t;
+
+/* About `bytes` of small blocks (16..1024 B), every byte written. */
+static blocks_t fill_small(size_t bytes, uint64_t seed) {
+  blocks_t b;
+  b.n = bytes / 520;
+  b.v = malloc(b.n * sizeof *b.v);
+  CHECK(b.v, "malloc of the pointer array");
+  tc_rng r = {seed};
+  for (size_t i = 0; i < b.n; i++) {
+    size_t n = 16 + tc_below(&r, 1009);
+    b.v[i] = malloc(n);
+    CHECK(b.v[i], "malloc(%zu)", n);
+    memset(b.v[i], 0x5a, n);
+  }
+  return b;
+}
+
+/* `bytes` of 1 KiB blocks; all but one per 512 KiB are freed, so that most
+ * slabs are unused inside SuperSlabs that stay in use. Returns the pinned. */
+static blocks_t fill_pinned(size_t bytes) {
+  blocks_t b;
+  size_t n = bytes / 1024;
+  b.v = malloc(n * sizeof *b.v);
+  CHECK(b.v, "malloc of the pointer array");
+  for (size_t i = 0; i < n; i++) {
+    b.v[i] = malloc(1024);
+    CHECK(b.v[i], "malloc(1024)");
+    memset(b.v[i], 0x33, 1024);
+  }
+  b.n = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (i % 512 == 0)
+      b.v[b.n++] = b.v[i];
+    else
+      free(b.v[i]);
+  }
+  return b;
+}
+
+static void free_all(blocks_t *b) {
+  for (size_t i = 0; i < b->n; i++) free(b->v[i]);
+  free(b->v);
+  b->v = NULL;
+  b->n = 0;
+}
+
+/* What a program does after a burst: every millisecond, 20 small random
+ * allocations and frees over 100 live blocks. Runs until `until` returns
+ * true or `secs` pass; returns the seconds it ran. */
+static void *act_live[100];
+static double activity(double secs, bool (*until)(void *), void *arg) {
+  static tc_rng r = {99};
+  double t0 = now_s();
+  while (now_s() - t0 < secs) {
+    if (until != NULL && until(arg)) break;
+    for (int k = 0; k < 20; k++) {
+      size_t j = tc_below(&r, 100);
+      free(act_live[j]);
+      act_live[j] = malloc(16 + tc_below(&r, 1009));
+      CHECK(act_live[j], "malloc during activity");
+      *(char *)act_live[j] = 1;
+    }
+    sleep_s(0.001);
+  }
+  return now_s() - t0;
+}
+
+static bool rss_below(void *limit) { return tc_rss_bytes() < *(size_t *)limit; }
+static bool madvised(void *since) { return os().madvise_calls > *(size_t *)since; }
+
+/* ---- modes ---------------------------------------------------------------- */
+
+static void t_off(void) {
+  blocks_t b = fill_small(64 * MiB, 1);
+  size_t peak = tc_rss_bytes();
+  free_all(&b);
+  activity(0.5, NULL, NULL);
+  CHECK(os().madvise_calls == 0, "%zu madvise calls with purging off", os().madvise_calls);
+  CHECK(tc_rss_bytes() > peak / 2, "RSS fell from %zu to %zu MiB with purging off", peak / MiB,
+        tc_rss_bytes() / MiB);
+  /* malloc_trim still unmaps the cache: that is not madvise */
+  malloc_trim(0);
+  CHECK(tc_rss_bytes() < peak / 4, "malloc_trim left %zu of %zu MiB", tc_rss_bytes() / MiB, peak / MiB);
+  CHECK(os().madvise_calls == 0, "malloc_trim called madvise with purging off");
+}
+
+static void t_eager(void) {
+  blocks_t b = fill_small(64 * MiB, 2);
+  size_t peak = tc_rss_bytes(), m0 = os().madvise_calls;
+  free_all(&b);
+  /* no waiting, no further call */
+  size_t m1 = os().madvise_calls, rss = tc_rss_bytes();
+  CHECK(m1 > m0, "no madvise right after freeing 64 MiB with HAKMEM_PURGE=eager");
+  CHECK(rss < peak / 4, "RSS %zu of %zu MiB right after freeing with HAKMEM_PURGE=eager", rss / MiB, peak / MiB);
+  printf("eager: %zu madvise calls for 64 MiB, RSS %zu -> %zu MiB\n", m1 - m0, peak / MiB, rss / MiB);
+}
+
+static void t_lazy(void) {
+  const double delay = 0.6; /* HAKMEM_PURGE_DELAY_MS=600 */
+  blocks_t b = fill_small(64 * MiB, 3);
+  size_t peak = tc_rss_bytes(), m0 = os().madvise_calls;
+  double t0 = now_s();
+  free_all(&b);
+  CHECK(os().madvise_calls == m0, "madvise while freeing, before the delay");
+  CHECK(tc_rss_bytes() > peak / 2, "RSS fell at once with a 600 ms delay");
+  activity(0.3, madvised, &m0);
+  double t = now_s() - t0;
+  if (t < delay - 0.05) /* the machine may have stalled us past it */
+    CHECK(os().madvise_calls == m0, "madvise %.0f ms after the frees, before the 600 ms delay", t * 1e3);
+  activity(3.0, madvised, &m0);
+  double t_first = now_s() - t0;
+  CHECK(os().madvise_calls > m0, "no madvise within 3 s of activity after a 600 ms delay");
+  CHECK(t_first >= delay - 0.01, "first madvise %.0f ms after the frees, before the 600 ms delay", t_first * 1e3);
+  size_t target = peak / 10;
+  activity(3.0, rss_below, &target);
+  double t_low = now_s() - t0;
+  CHECK(tc_rss_bytes() < target, "RSS %zu MiB of a %zu MiB peak 3 s after the delay", tc_rss_bytes() / MiB,
+        peak / MiB);
+  printf("lazy: first madvise after %.0f ms, RSS below 10%% after %.0f ms\n", t_first * 1e3, t_low * 1e3);
+}
+
+/* another thread's unused memory, for hak_collect(true) */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int phase;
+
+static void *pinned_thread(void *arg) {
+  (void)arg;
+  blocks_t b = fill_pinned(64 * MiB);
+  pthread_mutex_lock(&mu);
+  phase = 1;
+  pthread_cond_broadcast(&cv);
+  while (phase != 2) pthread_cond_wait(&cv, &mu);
+  pthread_mutex_unlock(&mu);
+  free_all(&b);
+  return NULL;
+}
+
+static void t_trim(void) {
+  /* HAKMEM_PURGE_DELAY_MS=60000: nothing goes back by itself */
+  blocks_t b = fill_small(64 * MiB, 4);
+  size_t peak = tc_rss_bytes();
+  free_all(&b);
+  CHECK(tc_rss_bytes() > peak / 2, "RSS fell without a trim");
+  CHECK(malloc_trim(0) == 1, "malloc_trim(0) returned 0 with 64 MiB free");
+  CHECK(tc_rss_bytes() < peak / 10, "malloc_trim left %zu of %zu MiB", tc_rss_bytes() / MiB, peak / MiB);
+
+  /* unused slabs inside SuperSlabs still in use, this thread's */
+  size_t base = tc_rss_bytes();
+  b = fill_pinned(64 * MiB);
+  size_t high = tc_rss_bytes();
+  CHECK(high > base + 48 * MiB, "pinned pattern: RSS only %zu -> %zu MiB", base / MiB, high / MiB);
+  CHECK(hak_collect(false) == 1, "hak_collect(false) returned 0");
+  size_t after = tc_rss_bytes();
+  CHECK(after < base + 20 * MiB, "hak_collect(false): RSS %zu -> %zu MiB (base %zu)", high / MiB, after / MiB,
+        base / MiB);
+  free_all(&b);
+  hak_collect(false);
+
+  /* another thread's: only hak_collect(true) reaches it */
+  base = tc_rss_bytes();
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, pinned_thread, NULL) == 0, "pthread_create");
+  pthread_mutex_lock(&mu);
+  while (phase != 1) pthread_cond_wait(&cv, &mu);
+  pthread_mutex_unlock(&mu);
+  high = tc_rss_bytes();
+  hak_collect(false);
+  size_t mid = tc_rss_bytes();
+  CHECK(mid > base + 40 * MiB, "hak_collect(false) gave back another thread's slabs (%zu -> %zu MiB)", high / MiB,
+        mid / MiB);
+  CHECK(hak_collect(true) == 1, "hak_collect(true) returned 0");
+  after = tc_rss_bytes();
+  CHECK(after < base + 20 * MiB, "hak_collect(true): RSS %zu -> %zu MiB (base %zu)", mid / MiB, after / MiB,
+        base / MiB);
+  pthread_mutex_lock(&mu);
+  phase = 2;
+  pthread_cond_broadcast(&cv);
+  pthread_mutex_unlock(&mu);
+  pthread_join(t, NULL);
+  printf("trim: pinned other thread %zu -> %zu MiB after hak_collect(true)\n", mid / MiB, after / MiB);
+}
+
+static void t_reuse(void) {
+  blocks_t b = fill_pinned(64 * MiB);
+  hak_collect(true);
+  struct hak_os_stats s1 = os();
+  CHECK(s1.purged_bytes > 32 * MiB, "purged_bytes %zu KiB after hak_collect", s1.purged_bytes / 1024);
+  CHECK(s1.purged_bytes <= s1.committed_bytes, "purged %zu > committed %zu", s1.purged_bytes, s1.committed_bytes);
+  /* the same slabs again: calloc reads zeros, contents stick */
+  enum { N = 60000 };
+  void **v = malloc(N * sizeof *v);
+  CHECK(v, "malloc");
+  for (size_t i = 0; i < N; i++) {
+    v[i] = calloc(1, 1024);
+    CHECK(v[i], "calloc");
+    CHECK(tc_find_not(v[i], 1024, 0) == (size_t)-1, "calloc'd block %zu not zero", i);
+    tc_fill(v[i], 1024, i);
+  }
+  struct hak_os_stats s2 = os();
+  CHECK(s2.purged_bytes + 32 * MiB < s1.purged_bytes, "purged_bytes %zu -> %zu KiB after reusing 58 MiB",
+        s1.purged_bytes / 1024, s2.purged_bytes / 1024);
+  CHECK(s2.committed_bytes - s2.purged_bytes >= (size_t)N * 1024, "committed-purged %zu KiB < live %zu KiB",
+        (s2.committed_bytes - s2.purged_bytes) / 1024, (size_t)N);
+  for (size_t i = 0; i < N; i++) CHECK_PATTERN(v[i], 1024, i, "reused block %zu", i);
+  for (size_t i = 0; i < N; i++) free(v[i]);
+  free(v);
+  free_all(&b);
+}
+
+/* Workers empty and refill slabs (and SuperSlabs) with checked contents
+ * while the main thread purges everything unused, over and over: a slab
+ * given back while in use would lose its contents. */
+static _Atomic int race_stop;
+static void *race_worker(void *arg) {
+  uint64_t id = (uint64_t)(uintptr_t)arg;
+  enum { M = 2048 };
+  void **v = calloc(M, sizeof *v);
+  CHECK(v, "calloc");
+  size_t sizes[] = {48, 1000, 6000, 40000, 200000};
+  for (uint64_t round = 0; !race_stop; round++) {
+    size_t n = sizes[round % 5], m = n >= 200000 ? 64 : M;
+    for (size_t i = 0; i < m; i++) {
+      v[i] = malloc(n);
+      CHECK(v[i], "malloc");
+      tc_fill(v[i], n, id * 1000003 + round * 7919 + i);
+    }
+    sched_yield();
+    for (size_t i = 0; i < m; i++) {
+      CHECK_PATTERN(v[i], n, id * 1000003 + round * 7919 + i, "round %llu block %zu size %zu",
+                    (unsigned long long)round, i, n);
+      free(v[i]);
+    }
+  }
+  free(v);
+  return NULL;
+}
+
+static void t_race(void) {
+  /* HAKMEM_PURGE_DELAY_MS=0: every step gives back everything unused */
+  pthread_t t[3];
+  CHECK(pthread_create(&t[0], NULL, race_worker, (void *)1) == 0, "pthread_create");
+  CHECK(pthread_create(&t[1], NULL, race_worker, (void *)2) == 0, "pthread_create");
+  CHECK(pthread_create(&t[2], NULL, race_worker, (void *)3) == 0, "pthread_create");
+  double t0 = now_s();
+  unsigned n = 0;
+  while (now_s() - t0 < 1.5 * tc_scale()) {
+    hak_collect(true);
+    n++;
+  }
+  race_stop = 1;
+  for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+  struct hak_os_stats s = os();
+  CHECK(s.madvise_calls > 0, "no madvise in the race");
+  printf("race: %u hak_collect(true) calls, %zu madvise calls, contents intact\n", n, s.madvise_calls);
+}
+
+static void wait_rss_fall(size_t peak, double secs, const char *what) {
+  double t0 = now_s();
+  while (tc_rss_bytes() >= peak / 10 && now_s() - t0 < secs) sleep_s(0.02);
+  size_t rss = tc_rss_bytes();
+  CHECK(rss < peak / 10, "%s: RSS %zu of %zu MiB after %.1f s without calls", what, rss / MiB, peak / MiB, secs);
+  printf("%s: RSS %zu -> %zu MiB after %.0f ms asleep\n", what, peak / MiB, rss / MiB, (now_s() - t0) * 1e3);
+}
+
+static void t_bg(void) {
+  /* HAKMEM_BG_PURGE=1, HAKMEM_PURGE_DELAY_MS=300 */
+  blocks_t b = fill_small(64 * MiB, 5);
+  size_t peak = tc_rss_bytes();
+  free_all(&b);
+  wait_rss_fall(peak, 3.0, "bg");
+  /* a child has no purger thread until it needs one */
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    blocks_t c = fill_small(64 * MiB, 6);
+    size_t p = tc_rss_bytes();
+    free_all(&c);
+    wait_rss_fall(p, 3.0, "bg in a forked child");
+    fflush(stdout);
+    _exit(0);
+  }
+  int st;
+  CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "forked child: status 0x%x", st);
+}
+
+static void t_bg_control(void) {
+  blocks_t b = fill_small(64 * MiB, 5);
+  size_t peak = tc_rss_bytes();
+  free_all(&b);
+  sleep_s(1.5);
+  CHECK(tc_rss_bytes() > peak / 2, "RSS fell from %zu to %zu MiB while asleep, without a background purger",
+        peak / MiB, tc_rss_bytes() / MiB);
+}
+
+static void t_limit(void) {
+  /* HAKMEM_RSS_LIMIT_MB=32, HAKMEM_PURGE_DELAY_MS=60000 */
+  size_t base = tc_rss_bytes();
+  blocks_t b = fill_pinned(96 * MiB);
+  activity(0.05, NULL, NULL);
+  size_t rss = tc_rss_bytes();
+  struct hak_os_stats s = os();
+  CHECK(s.madvise_calls > 0, "no madvise over the limit");
+  CHECK(rss < base + 48 * MiB, "RSS %zu MiB (base %zu) with a 32 MiB limit and 90 MiB freed", rss / MiB, base / MiB);
+  printf("limit: RSS %zu MiB (%zu MiB before), %zu madvise calls\n", rss / MiB, base / MiB, s.madvise_calls);
+  free_all(&b);
+}
+
+static void t_burst(size_t mib) {
+  blocks_t b = fill_small(mib * MiB, 7);
+  size_t peak = tc_rss_bytes();
+  double t0 = now_s();
+  free_all(&b);
+  size_t target = peak / 10;
+  activity(5.0, rss_below, &target);
+  double t = now_s() - t0;
+  size_t rss = tc_rss_bytes();
+  printf("burst: %zu MiB freed, RSS %zu -> %zu MiB after %.0f ms of low-rate activity (%zu madvise calls)\n", mib,
+         peak / MiB, rss / MiB, t * 1e3, os().madvise_calls);
+  CHECK(rss < target, "RSS %zu of %zu MiB after 5 s", rss / MiB, peak / MiB);
+  /* "within about one second"; the slack is for a loaded machine */
+  CHECK(t < 1.5, "RSS took %.0f ms to fall below 10%% of the peak", t * 1e3);
+}
+
+static void stats_child(void) {
+  blocks_t b = fill_small(16 * MiB, 8);
+  free_all(&b);
+  char *big = malloc(8 * MiB);
+  CHECK(big, "malloc(8 MiB)");
+  big[0] = 1;
+  free(big);
+  malloc_trim(0);
+  exit(0);
+}
+
+/* Run this program as "stats_child" with env; return its stderr. */
+static void run_child(const char *env1, const char *env2, char *out, size_t cap) {
+  int fd[2];
+  CHECK(pipe(fd) == 0, "pipe");
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    dup2(fd[1], 2);
+    close(fd[0]);
+    char *argv[] = {"test_purge", "stats_child", NULL};
+    char *envp[] = {(char *)env1, (char *)env2, NULL};
+    execve("/proc/self/exe", argv, envp);
+    _exit(127);
+  }
+  close(fd[1]);
+  size_t got = 0;
+  ssize_t r;
+  while (got + 1 < cap && (r = read(fd[0], out + got, cap - 1 - got)) > 0) got += (size_t)r;
+  out[got] = 0;
+  close(fd[0]);
+  int st;
+  CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0, "stats child failed: %s", out);
+}
+
+typedef struct {
+  size_t alloc, free, madvise, disabled, mmap, fallback, huge;
+} line_t;
+
+static line_t parse_line(const char *text) {
+  line_t l;
+  int end = -1;
+  int n = sscanf(text,
+                 "[SS_OS_STATS] alloc=%zu free=%zu madvise=%zu madvise_disabled=%zu mmap_total=%zu "
+                 "fallback_mmap=%zu huge_alloc=%zu%n",
+                 &l.alloc, &l.free, &l.madvise, &l.disabled, &l.mmap, &l.fallback, &l.huge, &end);
+  CHECK(n == 7 && end > 0 && text[end] == '\n' && text[end + 1] == '\0', "not one [SS_OS_STATS] line: '%s'", text);
+  return l;
+}
+
+static void t_stats(void) {
+  char out[4096];
+  run_child("HAKMEM_SS_OS_STATS=1", "HAKMEM_PURGE=eager", out, sizeof out);
+  line_t l = parse_line(out);
+  CHECK(l.alloc >= 8 && l.free >= 8, "16 MiB of blocks: alloc=%zu free=%zu", l.alloc, l.free);
+  CHECK(l.madvise >= 1 && l.disabled == 0, "eager: madvise=%zu madvise_disabled=%zu", l.madvise, l.disabled);
+  CHECK(l.mmap >= 1 && l.fallback == 0 && l.huge >= 1, "mmap_total=%zu fallback_mmap=%zu huge_alloc=%zu", l.mmap,
+        l.fallback, l.huge);
+  printf("stats (eager): %s", out);
+  run_child("HAKMEM_SS_OS_STATS=1", "HAKMEM_PURGE=off", out, sizeof out);
+  l = parse_line(out);
+  CHECK(l.madvise == 0 && l.disabled >= 8, "off: madvise=%zu madvise_disabled=%zu", l.madvise, l.disabled);
+  printf("stats (off):   %s", out);
+  run_child("HAKMEM_PURGE=eager", NULL, out, sizeof out);
+  CHECK(out[0] == '\0', "a line without HAKMEM_SS_OS_STATS: '%s'", out);
+}
+
+/* bench_random_mixed's loop */
+static void random_mixed(void **slots, uint32_t ws, uint64_t iters, tc_rng *r) {
+  for (uint64_t i = 0; i < iters; i++) {
+    uint64_t x = tc_next(r);
+    uint32_t idx = (uint32_t)(((x >> 32) * ws) >> 32);
+    if (slots[idx]) {
+      free(slots[idx]);
+      slots[idx] = NULL;
+    } else {
+      size_t n = 16 + (size_t)(((x & 0xffffffffu) * 1009) >> 32);
+      unsigned char *q = malloc(n);
+      CHECK(q, "malloc");
+      q[0] = 1;
+      q[n - 1] = 2;
+      slots[idx] = q;
+    }
+  }
+}
+
+static void t_steady(void) {
+  uint32_t wss[] = {400, 40000};
+  for (int k = 0; k < 2; k++) {
+    uint32_t ws = wss[k];
+    void **slots = calloc(ws, sizeof *slots);
+    CHECK(slots, "calloc");
+    tc_rng r = {42};
+    random_mixed(slots, ws, 5000000, &r); /* warm-up */
+    struct hak_os_stats a = os();
+    uint64_t iters = tc_scaled(40000000);
+    random_mixed(slots, ws, iters, &r);
+    struct hak_os_stats b = os();
+    size_t calls = (b.mmap_calls - a.mmap_calls) + (b.munmap_calls - a.munmap_calls) +
+                   (b.madvise_calls - a.madvise_calls) + (b.mremap_calls - a.mremap_calls);
+    printf("steady ws %u: %zu OS calls in %llu operations after warm-up\n", ws, calls, (unsigned long long)iters);
+    CHECK(calls == 0, "ws %u: %zu mmap/munmap/madvise/mremap calls in steady state (madvise %zu)", ws, calls,
+          b.madvise_calls - a.madvise_calls);
+    for (uint32_t i = 0; i < ws; i++) free(slots[i]);
+    free(slots);
+  }
+}
+
+int main(int argc, char **argv) {
+  tc_test_name = "purge";
+  if (!HAKMEM_SPECIFIC) return 77;
+  if (argc < 2) FAILF("usage: test_purge MODE [ARG]");
+  const char *m = argv[1];
+  free(malloc(1)); /* start-up */
+  if (!strcmp(m, "off")) t_off();
+  else if (!strcmp(m, "eager")) t_eager();
+  else if (!strcmp(m, "lazy")) t_lazy();
+  else if (!strcmp(m, "trim")) t_trim();
+  else if (!strcmp(m, "reuse")) t_reuse();
+  else if (!strcmp(m, "race")) t_race();
+  else if (!strcmp(m, "bg")) t_bg();
+  else if (!strcmp(m, "bg_control")) t_bg_control();
+  else if (!strcmp(m, "limit")) t_limit();
+  else if (!strcmp(m, "burst")) t_burst(argc > 2 ? (size_t)atol(argv[2]) : 256);
+  else if (!strcmp(m, "stats")) t_stats();
+  else if (!strcmp(m, "stats_child")) stats_child();
+  else if (!strcmp(m, "steady")) t_steady();
+  else FAILF("unknown mode %s", m);
+  printf("purge %s: ok\n", m);
+  return 0;
+}
