@@ -87,7 +87,7 @@ static uint32_t ss_all_mask(const superslab_t *ss) {
 /* ---- invariant checks (make debug) ------------------------------------- */
 #ifdef HAKMEM_DEBUG
 void hm_check_block(const slab_t *s, const void *p) {
-  uintptr_t a = (uintptr_t)p, st = (uintptr_t)s->start;
+  uintptr_t a = (uintptr_t)p, st = (uintptr_t)hm_slab_start(s);
   HM_ASSERT(s->in_use != SLAB_UNUSED);
   HM_ASSERT(a >= st && a < st + (uintptr_t)s->carved * s->block_size);
   HM_ASSERT((a - st) % s->block_size == 0);
@@ -95,7 +95,7 @@ void hm_check_block(const slab_t *s, const void *p) {
 
 static uint32_t check_list(const slab_t *s, const block_t *b) {
   uint32_t n = 0;
-  for (; b != NULL; b = b->next) {
+  for (; b != NULL; b = hm_next_get(s, b)) {
     hm_check_block(s, b);
     HM_ASSERT(++n <= s->carved);
   }
@@ -114,6 +114,21 @@ void hm_check_slab(const slab_t *s) {
 
 /* ---- slabs ------------------------------------------------------------- */
 
+/* Class, block size and the constants of the division-free block check
+ * (hm_slab_holds): block_size = m << k with m odd; m^-1 mod 2^32 by Newton's
+ * iteration (m * m == 1 mod 8: 3 bits, doubling each step). */
+static void slab_set_class(slab_t *s, unsigned cls) {
+  uint32_t d = hm_class_size[cls];
+  unsigned k = (unsigned)__builtin_ctz(d);
+  uint32_t m = d >> k, inv = m;
+  for (int i = 0; i < 4; i++) inv *= 2u - m * inv;
+  HM_ASSERT(m * inv == 1u && k >= 4);
+  s->cls = (uint8_t)cls;
+  s->block_size = d;
+  s->div_inv = inv;
+  s->div_shift = (uint8_t)k;
+}
+
 static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
   unsigned i = (unsigned)__builtin_ctz(ss->free_mask);
   ss->free_mask &= ~(1u << i);
@@ -125,17 +140,20 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
     start += SS_HEADER_SIZE;
     bytes -= SS_HEADER_SIZE;
   }
+  if (i == ss->nslabs - 1u) bytes -= HM_GUARD_SIZE; /* secure: the SuperSlab's guard page */
   s->free = s->local_free = NULL;
   atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
   s->used = 0;
-  s->block_size = hm_class_size[cls];
+  slab_set_class(s, cls);
   s->capacity = (uint16_t)(bytes / s->block_size);
-  s->carved = 0;
+  hm_slab_set_carved(s, 0);
   s->flags = 0;
-  s->cls = (uint8_t)cls;
   s->in_use = SLAB_ACTIVE;
-  s->start = start;
+  s->start_off = (uint32_t)(start - (char *)ss);
   s->next = s->prev = NULL;
+#ifdef HAKMEM_SECURE
+  s->key = (uintptr_t)hm_random_fast(); /* the slab's lists are empty: a new key is safe */
+#endif
   return s;
 }
 
@@ -148,6 +166,7 @@ static bool slab_release(heap_t *h, slab_t *s) {
   if (s->in_use == SLAB_LISTED) avail_unlink(h, s);
   s->in_use = SLAB_UNUSED;
   s->flags = 0;
+  hm_slab_set_carved(s, 0); /* a free into an unused slab is invalid */
   atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
   bool had_none = ss->free_mask == 0;
   ss->free_mask |= 1u << s->index;
@@ -168,29 +187,40 @@ static void slab_collect_remote(slab_t *s) {
   block_t *list = (block_t *)(r & ~REMOTE_NOTIFY);
   if (list == NULL) return;
   uint32_t n = 1;
-  block_t *tail = list;
-  while (tail->next != NULL) {
-    tail = tail->next;
+  block_t *tail = list, *next;
+  while ((next = hm_next_get(s, tail)) != NULL) {
+    tail = next;
     n++;
   }
   HM_ASSERT(n <= s->used);
-  tail->next = s->free;
+  hm_next_set(s, tail, s->free);
   s->free = list;
   s->used -= n;
 }
 
 /* Carve a page's worth (at least 4 blocks) of fresh blocks: memory is
- * touched only as it is needed. */
+ * touched only as it is needed. Each gets the free tag (and in secure mode
+ * the fill pattern), and secure mode links them in random order. */
 static void slab_carve(slab_t *s) {
   uint32_t bs = s->block_size;
   uint32_t n = s->capacity - s->carved;
   uint32_t want = PAGE_SIZE_ / bs < 4 ? 4 : PAGE_SIZE_ / bs;
   if (n > want) n = want;
-  char *p = s->start + (size_t)s->carved * bs;
-  for (uint32_t i = 0; i + 1 < n; i++) ((block_t *)(p + (size_t)i * bs))->next = (block_t *)(p + (size_t)(i + 1) * bs);
-  ((block_t *)(p + (size_t)(n - 1) * bs))->next = s->free;
-  s->free = (block_t *)p;
-  s->carved = (uint16_t)(s->carved + n);
+  char *p = hm_slab_start(s) + (size_t)s->carved * bs;
+  uint32_t order[PAGE_SIZE_ / 16];
+  for (uint32_t i = 0; i < n; i++) order[i] = i;
+#ifdef HAKMEM_SECURE
+  hm_secure_shuffle(order, n);
+#endif
+  block_t *list = s->free;
+  for (uint32_t i = n; i-- > 0;) {
+    block_t *b = (block_t *)(p + (size_t)order[i] * bs);
+    hm_block_tag_free(s, b);
+    hm_next_set(s, b, list);
+    list = b;
+  }
+  s->free = list;
+  hm_slab_set_carved(s, s->carved + n);
 }
 
 /* Make s->free non-empty if the slab has any block left. */
@@ -231,8 +261,15 @@ static void ss_setup(heap_t *h, superslab_t *ss, unsigned kind) {
   atomic_store_explicit(&ss->pending, 0, memory_order_relaxed);
   for (unsigned i = 0; i < ss->nslabs; i++) {
     ss->slabs[i].in_use = SLAB_UNUSED;
+    hm_slab_set_carved(&ss->slabs[i], 0);
     ss->slabs[i].index = (uint8_t)i;
   }
+#ifdef HAKMEM_SECURE
+  if (!ss->guarded) { /* kept while the SuperSlab stays mapped */
+    hm_secure_guard((char *)ss + SS_SIZE - HM_GUARD_SIZE);
+    ss->guarded = 1;
+  }
+#endif
   atomic_store(&ss->owner, h);
   all_push(h, ss);
   partial_push(h, ss);
@@ -357,8 +394,9 @@ static void *heap_alloc(heap_t *h, unsigned c) {
       hm_check_slab(s);
       if (slab_refill(s)) {
         block_t *b = s->free;
-        s->free = b->next;
+        s->free = hm_next_get(s, b);
         s->used++;
+        hm_block_handout(s, b);
         return b;
       }
       if (!slab_try_mark_full(s)) continue;
@@ -451,7 +489,7 @@ void hm_free_local_slow(heap_t *h, slab_t *s) {
 void hm_free_remote(superslab_t *ss, slab_t *s, block_t *b) {
   uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed);
   do {
-    b->next = (block_t *)(old & ~REMOTE_NOTIFY);
+    hm_next_set(s, b, (block_t *)(old & ~REMOTE_NOTIFY));
   } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, (uintptr_t)b,
                                                   memory_order_release, memory_order_relaxed));
   if (unlikely(old & REMOTE_NOTIFY)) {
@@ -514,6 +552,7 @@ void hm_heap_reclaim_abandoned(void) {
         hm_check_slab(s);
         if (s->used == 0) {
           s->in_use = SLAB_UNUSED;
+          hm_slab_set_carved(s, 0);
           ss->free_mask |= 1u << i;
         }
       }

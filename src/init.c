@@ -30,6 +30,7 @@ void hm_init_slow(void) {
   if (atomic_compare_exchange_strong(&hm_init_state, &expected, 1)) {
     hm_options_init();
     hm_force_libc = (int)hm_opt[HM_OPT_FORCE_LIBC_ALLOC];
+    hm_misuse_init();
     hm_heap_process_init();
     atomic_store_explicit(&hm_init_state, 2, memory_order_release);
     pthread_atfork(fork_prepare, fork_parent, fork_child);

@@ -27,7 +27,16 @@
 #define SS_SHIFT 21                       /* SuperSlab: 2 MiB, 2 MiB aligned */
 #define SS_SIZE ((uintptr_t)1 << SS_SHIFT)
 #define SS_MASK (SS_SIZE - 1)
+#ifdef HAKMEM_SECURE
+#ifdef HAKMEM_NO_CHECKS
+#error "HAKMEM_SECURE needs the misuse checks (do not define HAKMEM_NO_CHECKS)"
+#endif
+#define SS_HEADER_SIZE 8192               /* secure: slab descriptors are 128 B */
+#define HM_GUARD_SIZE 4096                /* secure: PROT_NONE page at SuperSlab and span ends */
+#else
 #define SS_HEADER_SIZE 4096               /* slab 0's blocks start after it */
+#define HM_GUARD_SIZE 0
+#endif
 #define SS_MAX_SLABS 32
 #define PAGE_SIZE_ 4096
 
@@ -42,7 +51,10 @@ enum { KIND_SMALL = 0, KIND_MEDIUM = 1, KIND_BIG = 2, NUM_KINDS = 3 };
 /* The registry: one byte per 2 MiB of the 47-bit user address space. */
 #define REG_ADDR_BITS 47
 #define REG_ENTRIES ((size_t)1 << (REG_ADDR_BITS - SS_SHIFT))
-enum { REG_NONE = 0, REG_SS = 1, REG_LARGE_HEAD = 2, REG_LARGE_TAIL = 3 };
+/* REG_LARGE_FREED: the chunk held the start of a large block that was freed
+ * and unmapped, so a second free can say "double free" (overwritten when the
+ * chunk is hakmem's again). */
+enum { REG_NONE = 0, REG_SS = 1, REG_LARGE_HEAD = 2, REG_LARGE_TAIL = 3, REG_LARGE_FREED = 4 };
 extern HM_HIDDEN uint8_t hm_registry[REG_ENTRIES];
 
 HM_INLINE unsigned hm_reg_kind(uintptr_t a) {
@@ -75,18 +87,28 @@ typedef struct slab {
   block_t *free;               /* allocations pop here */
   block_t *local_free;         /* the owner's frees */
   _Atomic uintptr_t remote;    /* other threads' frees (LIFO); bit 0: notify owner */
-  uint32_t used;               /* blocks handed out, remote-freed ones included */
+  uint32_t start_off;          /* first block, as an offset in the SuperSlab */
   uint32_t block_size;
+  uint32_t div_inv;            /* checks: inverse of block_size's odd part mod 2^32 */
+  uint16_t used;               /* blocks handed out, remote-freed ones included */
   uint16_t capacity;           /* blocks the slab can hold */
-  uint16_t carved;             /* blocks carved so far (lazily, to spare RSS) */
+  uint16_t carved;             /* blocks carved so far (lazily, to spare RSS); 0 when unused */
+  uint8_t div_shift;           /* checks: trailing zero bits of block_size */
   uint8_t flags;               /* SLAB_FULL */
   uint8_t cls;
   uint8_t in_use;
   uint8_t index;               /* position in the SuperSlab */
-  char *start;                 /* first block */
   struct slab *next, *prev;    /* heap's list of slabs with free blocks */
+#ifdef HAKMEM_SECURE
+  uintptr_t key;               /* free-list pointers are stored xor key xor their address */
+  uint8_t secure_pad_[56];
+#endif
 } slab_t;
+#ifdef HAKMEM_SECURE
+_Static_assert(sizeof(slab_t) == 128, "secure slab descriptor: two cache lines");
+#else
 _Static_assert(sizeof(slab_t) == 64, "slab descriptor is one cache line");
+#endif
 
 typedef struct superslab {
   _Atomic(struct heap *) owner; /* NULL while abandoned or in the backend */
@@ -98,7 +120,8 @@ typedef struct superslab {
   _Atomic uint64_t pending;     /* slabs whose FULL flag a remote free hit */
   struct superslab *next, *prev;         /* partial list / backend / abandoned */
   struct superslab *all_next, *all_prev; /* owner's list of all its SSs */
-  uint8_t pad_[8];
+  uint8_t guarded;              /* secure: the guard page at the end is in place */
+  uint8_t pad_[7];
   slab_t slabs[SS_MAX_SLABS];
 } superslab_t;
 _Static_assert(offsetof(superslab_t, slabs) == 64, "slabs start at a cache line");
@@ -108,7 +131,10 @@ HM_INLINE superslab_t *hm_ss_of(const void *p) {
   return (superslab_t *)((uintptr_t)p & ~SS_MASK);
 }
 HM_INLINE slab_t *hm_slab_of(superslab_t *ss, const void *p) {
-  return &ss->slabs[((uintptr_t)p - (uintptr_t)ss) >> ss->slab_shift];
+  return &ss->slabs[((uintptr_t)p & SS_MASK) >> ss->slab_shift];
+}
+HM_INLINE char *hm_slab_start(const slab_t *s) {
+  return (char *)hm_ss_of(s) + s->start_off;
 }
 
 /* ---- thread heaps ------------------------------------------------------ */
@@ -134,6 +160,7 @@ enum {
 #undef HM_OPTION
   HM_OPT_COUNT
 };
+enum { HM_ON_ERROR_ABORT = 0, HM_ON_ERROR_WARN = 1 }; /* HAKMEM_ON_ERROR choices */
 extern HM_HIDDEN long hm_opt[HM_OPT_COUNT];
 HM_HIDDEN void hm_options_init(void);
 HM_HIDDEN int hm_option_is_set(int id);
@@ -186,7 +213,7 @@ HM_HIDDEN void *hm_meta_alloc(size_t size);
 /* large.c */
 HM_HIDDEN void *hm_large_alloc(size_t n, size_t align);
 HM_HIDDEN void hm_large_free(void *p);
-HM_HIDDEN size_t hm_large_usable(const void *p);
+HM_HIDDEN size_t hm_large_usable(const void *p); /* 0: not the start of a large block */
 /* Give back the large lane's cached spans idle for at least min_idle_ns
  * (0: all of them); returns the bytes given back. */
 HM_HIDDEN size_t hm_large_release(uint64_t min_idle_ns);
@@ -210,6 +237,131 @@ HM_HIDDEN void hm_check_block(const slab_t *s, const void *p);
 #define hm_check_block(s, p) ((void)0)
 #endif
 
+/* ---- hardening: misuse checks, secure mode (docs/SECURITY.md) ---------- */
+/* Every block on a free list holds hm_free_tag in its second word (blocks
+ * are >= 16 B); handing a block out clears it. free() of a block that holds
+ * it is a double free, confirmed by a list scan where that is safe. */
+extern HM_HIDDEN uintptr_t hm_free_tag;   /* random per process, never 0 */
+enum { HM_OP_FREE, HM_OP_REALLOC, HM_OP_USABLE };
+
+/* Is p (an address in s's SuperSlab) the start of a carved block of s?
+ * Without a division: with block_size d = m << k (m odd), x -> rotr(x * m^-1
+ * mod 2^32, k) is a bijection that maps x = j * d to j, so every other x maps
+ * to at least 2^32 / d > carved. One compare checks alignment and range;
+ * unused slabs have carved == 0. */
+HM_INLINE bool hm_slab_holds(const slab_t *s, const void *p) {
+  uint32_t x = (uint32_t)((uintptr_t)p & SS_MASK) - s->start_off;
+  uint32_t q = x * s->div_inv;
+  unsigned k = s->div_shift;
+  q = (q >> k) | (q << (-k & 31)); /* rotate right */
+  /* carved: written by the owner only, read by any freeing thread */
+  return q < __atomic_load_n(&s->carved, __ATOMIC_RELAXED);
+}
+HM_INLINE void hm_slab_set_carved(slab_t *s, unsigned n) {
+  __atomic_store_n(&s->carved, (uint16_t)n, __ATOMIC_RELAXED);
+}
+
+#ifdef HAKMEM_SECURE
+/* Freed blocks hold this pattern from byte 16 up to HM_FILL_MAX bytes; it is
+ * checked when the block is handed out again (write after free). */
+#define HM_FILL_PATTERN 0xdfdfdfdfdfdfdfdfULL
+#define HM_FILL_MAX 256
+HM_HIDDEN HM_NORETURN void hm_corrupt_list(const slab_t *s, const block_t *b);
+HM_HIDDEN HM_NORETURN void hm_write_after_free(const slab_t *s, const block_t *b);
+HM_HIDDEN void hm_secure_guard(void *page);
+HM_HIDDEN void hm_secure_shuffle(uint32_t *idx, uint32_t n);
+
+HM_INLINE unsigned hm_fill_words(const slab_t *s) {
+  return (s->block_size < HM_FILL_MAX ? s->block_size : HM_FILL_MAX) / 8;
+}
+HM_INLINE void hm_secure_fill(const slab_t *s, void *p) {
+  uint64_t *w = (uint64_t *)p;
+  for (unsigned i = 2, n = hm_fill_words(s); i < n; i++) w[i] = HM_FILL_PATTERN;
+}
+/* A free block about to be handed out: its tag and pattern must be intact. */
+HM_INLINE void hm_secure_check(const slab_t *s, const block_t *b) {
+  const uint64_t *w = (const uint64_t *)b;
+  uint64_t bad = w[1] ^ hm_free_tag;
+  for (unsigned i = 2, n = hm_fill_words(s); i < n; i++) bad |= w[i] ^ HM_FILL_PATTERN;
+  if (unlikely(bad != 0)) hm_write_after_free(s, b);
+}
+#endif
+
+/* The next pointer of free block b. Secure: stored xor the slab's key xor
+ * b's address, and checked to be a block of the slab, so that a write into
+ * a freed block is detected instead of followed. */
+HM_INLINE block_t *hm_next_get(const slab_t *s, const block_t *b) {
+#ifdef HAKMEM_SECURE
+  block_t *n = (block_t *)((uintptr_t)b->next ^ s->key ^ (uintptr_t)b);
+  if (unlikely(n != NULL && ((((uintptr_t)n ^ (uintptr_t)b) > SS_MASK) || !hm_slab_holds(s, n))))
+    hm_corrupt_list(s, b);
+  return n;
+#else
+  (void)s;
+  return b->next;
+#endif
+}
+HM_INLINE void hm_next_set(const slab_t *s, block_t *b, const block_t *n) {
+#ifdef HAKMEM_SECURE
+  b->next = (block_t *)((uintptr_t)n ^ s->key ^ (uintptr_t)b);
+#else
+  (void)s;
+  b->next = (block_t *)n;
+#endif
+}
+
+/* A block leaves its free list for the program. Default: one store (clear
+ * the free tag). Secure: check the tag and the fill pattern first. */
+HM_INLINE void hm_block_handout(const slab_t *s, block_t *b) {
+  (void)s;
+#ifndef HAKMEM_NO_CHECKS
+#ifdef HAKMEM_SECURE
+  hm_secure_check(s, b);
+#endif
+  ((uintptr_t *)b)[1] = 0;
+#else
+  (void)b;
+#endif
+}
+
+/* A free block gets its tag (and in secure mode its pattern). */
+HM_INLINE void hm_block_tag_free(const slab_t *s, void *p) {
+  (void)s;
+  ((uintptr_t *)p)[1] = hm_free_tag;
+#ifdef HAKMEM_SECURE
+  hm_secure_fill(s, p);
+#endif
+}
+
+/* free(p), p in a SuperSlab chunk: true if p is a block handed out and not
+ * freed since, which is now marked free; false sends the caller to
+ * hm_free_suspect (interior, unaligned, stale pointers; double frees). */
+HM_INLINE bool hm_block_mark_free(const slab_t *s, void *p) {
+#ifdef HAKMEM_NO_CHECKS
+  (void)s;
+  (void)p;
+  return true;
+#else
+  if (unlikely(!hm_slab_holds(s, p) || ((uintptr_t *)p)[1] == hm_free_tag)) return false;
+  hm_block_tag_free(s, p);
+  return true;
+#endif
+}
+
+/* random.c: hm_random_u64 from the kernel (slow, any time); hm_random_fast
+ * from a per-thread generator seeded by it */
+HM_HIDDEN uint64_t hm_random_u64(void);
+HM_HIDDEN uint64_t hm_random_fast(void);
+/* misuse.c */
+HM_HIDDEN void hm_free_suspect(void *p);
+HM_HIDDEN size_t hm_usable_checked(void *p, int op);
+HM_HIDDEN void hm_report_invalid(const void *p, int op, const char *reason);
+HM_HIDDEN void hm_report_double(const void *p, int op, const char *reason);
+HM_HIDDEN void hm_misuse_init(void);
+/* error.c: prints "hakmem: error: what of 0x... (reason)"; aborts unless
+ * HAKMEM_ON_ERROR=warn */
+HM_HIDDEN void hm_misuse(const char *what, const void *p, const char *reason);
+
 /* ---- fast paths -------------------------------------------------------- */
 
 /* malloc for n <= SMALL_MAX: pop the current slab's free list. */
@@ -218,8 +370,9 @@ HM_INLINE void *hm_malloc_small(size_t n) {
   block_t *b = s->free;
   if (likely(b != NULL)) {
     hm_check_block(s, b);
-    s->free = b->next;
+    s->free = hm_next_get(s, b);
     s->used++;
+    hm_block_handout(s, b); /* hardening: clears the free tag */
     return b;
   }
   return hm_alloc_slow(n);
@@ -230,22 +383,30 @@ HM_INLINE void *hm_malloc(size_t n) {
   return hm_large_alloc(n, 0);
 }
 
-/* free: find the SuperSlab by masking, the slab by a shift; the owner pushes
- * on local_free without atomics, other threads on the atomic remote list. */
+/* Push a block being freed: the owner on local_free without atomics, other
+ * threads on the atomic remote list. */
+HM_INLINE void hm_free_push(superslab_t *ss, slab_t *s, block_t *b) {
+  heap_t *h = hm_tls_heap;
+  hm_check_block(s, b);
+  if (likely(atomic_load_explicit(&ss->owner, memory_order_relaxed) == h)) {
+    hm_next_set(s, b, s->local_free);
+    s->local_free = b;
+    if (unlikely(--s->used == 0 || s->flags != 0)) hm_free_local_slow(h, s);
+    return;
+  }
+  hm_free_remote(ss, s, b);
+}
+
+/* free: find the SuperSlab by masking, the slab by a shift. */
 HM_INLINE void hm_free(void *p) {
   if (likely(hm_reg_kind((uintptr_t)p) == REG_SS)) {
     superslab_t *ss = hm_ss_of(p);
     slab_t *s = hm_slab_of(ss, p);
-    heap_t *h = hm_tls_heap;
-    hm_check_block(s, p);
-    if (likely(atomic_load_explicit(&ss->owner, memory_order_relaxed) == h)) {
-      block_t *b = (block_t *)p;
-      b->next = s->local_free;
-      s->local_free = b;
-      if (unlikely(--s->used == 0 || s->flags != 0)) hm_free_local_slow(h, s);
+    if (unlikely(!hm_block_mark_free(s, p))) { /* hardening */
+      hm_free_suspect(p);
       return;
     }
-    hm_free_remote(ss, s, (block_t *)p);
+    hm_free_push(ss, s, (block_t *)p);
     return;
   }
   hm_free_slow(p);

@@ -26,7 +26,7 @@ void *hm_large_alloc(size_t n, size_t align) {
     errno = ENOMEM;
     return NULL;
   }
-  size_t total = (n + align + 2 * SS_SIZE + PAGE_SIZE_ - 1) & ~(size_t)(PAGE_SIZE_ - 1);
+  size_t total = (n + align + 2 * SS_SIZE + HM_GUARD_SIZE + PAGE_SIZE_ - 1) & ~(size_t)(PAGE_SIZE_ - 1);
   char *raw = hm_os_map(total);
   if (raw == NULL) {
     errno = ENOMEM;
@@ -35,13 +35,16 @@ void *hm_large_alloc(size_t n, size_t align) {
   char *base = (char *)(((uintptr_t)raw + SS_MASK) & ~SS_MASK);
   char *block = (char *)(((uintptr_t)base + LARGE_HDR + align - 1) & ~(uintptr_t)(align - 1));
   /* n + 1: a zero-size block aligned to 2 MiB still needs its own chunk */
-  char *end = (char *)(((uintptr_t)block + n + 1 + SS_MASK) & ~SS_MASK);
+  char *end = (char *)(((uintptr_t)block + n + 1 + HM_GUARD_SIZE + SS_MASK) & ~SS_MASK);
   hm_os_unmap(raw, (size_t)(base - raw));
   hm_os_unmap(end, (size_t)(raw + total - end));
   large_hdr_t *h = (large_hdr_t *)base;
   h->magic = LARGE_MAGIC;
   h->block = block;
   h->span = (size_t)(end - base);
+#ifdef HAKMEM_SECURE
+  hm_secure_guard(end - HM_GUARD_SIZE); /* the span's last page */
+#endif
   hm_registry[(uintptr_t)base >> SS_SHIFT] = REG_LARGE_HEAD;
   for (char *c = base + SS_SIZE; c < end; c += SS_SIZE) hm_registry[(uintptr_t)c >> SS_SHIFT] = REG_LARGE_TAIL;
   return block;
@@ -58,17 +61,24 @@ static large_hdr_t *large_header(const void *p) {
 
 void hm_large_free(void *p) {
   large_hdr_t *h = large_header(p);
-  if (h == NULL) hm_fatal("invalid free", p, "not the start of a large block");
+  if (h == NULL) {
+    hm_report_invalid(p, HM_OP_FREE, "inside a large block, not its start");
+    return;
+  }
   size_t span = h->span;
   h->magic = 0;
   for (uintptr_t c = (uintptr_t)h; c < (uintptr_t)h + span; c += SS_SIZE) hm_registry[c >> SS_SHIFT] = REG_NONE;
+  /* hardening: a second free of p says "double free"; set before the unmap,
+   * after which the chunk may become hakmem's again */
+  hm_registry[(uintptr_t)p >> SS_SHIFT] = REG_LARGE_FREED;
   hm_os_unmap(h, span);
 }
 
+/* 0 if p is not the start of a large block (the caller reports it). */
 size_t hm_large_usable(const void *p) {
   large_hdr_t *h = large_header(p);
-  if (h == NULL) hm_fatal("invalid pointer", p, "not the start of a large block");
-  return (size_t)((char *)h + h->span - (char *)p);
+  if (h == NULL) return 0;
+  return (size_t)((char *)h + h->span - HM_GUARD_SIZE - (char *)p);
 }
 
 /* Every span goes back to the OS at free: nothing is cached yet. */

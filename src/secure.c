@@ -1,0 +1,46 @@
+/* Secure mode (cmake -DHAKMEM_SECURE=ON, `make secure`; docs/SECURITY.md).
+ *
+ * The inline parts are in internal.h: free-list pointers stored xor a
+ * per-slab key and checked when followed, and freed blocks filled with a
+ * pattern that is checked when they are handed out. Here: what is detected
+ * (always fatal: the heap is corrupt, there is no block to leave alone),
+ * guard pages, and the random order of fresh blocks. */
+#include <sys/mman.h>
+
+#include "internal.h"
+
+#ifdef HAKMEM_SECURE
+
+void hm_corrupt_list(const slab_t *s, const block_t *b) {
+  (void)s;
+  hm_fatal("heap corruption", b, "free-list pointer of a freed block overwritten (write after free?)");
+}
+
+void hm_write_after_free(const slab_t *s, const block_t *b) {
+  const uint64_t *w = (const uint64_t *)b;
+  unsigned i = 1;
+  if (w[1] == hm_free_tag)
+    for (i = 2; i < hm_fill_words(s) && w[i] == HM_FILL_PATTERN; i++) {
+    }
+  char reason[96] = "freed block modified at byte ";
+  hm_format_dec(reason + strlen(reason), (long)i * 8);
+  hm_fatal("write after free", b, reason);
+}
+
+/* A PROT_NONE page: overflows off the end of a SuperSlab or large span
+ * fault instead of running into the next one. mprotect is not counted in
+ * hak_os_stats. Should the kernel refuse (no VMA left: vm.max_map_count),
+ * the page stays writable and unused: a missing guard, not a failure. */
+void hm_secure_guard(void *page) { (void)mprotect(page, HM_GUARD_SIZE, PROT_NONE); }
+
+/* Fisher-Yates: a random permutation of idx[0..n). */
+void hm_secure_shuffle(uint32_t *idx, uint32_t n) {
+  for (uint32_t i = n; i > 1; i--) {
+    uint32_t j = (uint32_t)(((hm_random_fast() >> 32) * i) >> 32);
+    uint32_t t = idx[i - 1];
+    idx[i - 1] = idx[j];
+    idx[j] = t;
+  }
+}
+
+#endif
