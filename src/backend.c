@@ -35,7 +35,7 @@ static size_t release_cached_locked(void) {
   while (empty_ss != NULL) {
     superslab_t *ss = empty_ss;
     empty_ss = ss->next;
-    hm_registry[(uintptr_t)ss >> SS_SHIFT] = REG_NONE;
+    hm_reg_set((uintptr_t)ss, REG_NONE);
     hm_os_unmap(ss, SS_SIZE);
     bytes += SS_SIZE;
   }
@@ -125,7 +125,7 @@ superslab_t *hm_backend_ss_alloc(void) {
       ss = (superslab_t *)region_cur;
       region_cur += SS_SIZE;
       /* registered only once carved: an uncarved chunk has no header yet */
-      hm_registry[(uintptr_t)ss >> SS_SHIFT] = REG_SS;
+      hm_reg_set((uintptr_t)ss, REG_SS);
     }
   }
   pthread_mutex_unlock(&backend_lock);

@@ -503,12 +503,26 @@ void hm_free_remote(superslab_t *ss, slab_t *s, block_t *b) {
  * abandoned SuperSlabs can still be freed from any thread (remote path). */
 void hm_heap_thread_exit(heap_t *h) {
   hm_tls_heap = &hm_empty_heap;
-  for (unsigned c = 0; c < NUM_CLASSES; c++) h->cur[c] = &hm_empty_slab;
+  for (unsigned c = 0; c < NUM_CLASSES; c++) {
+    h->cur[c] = &hm_empty_slab;
+    h->avail[c] = NULL;
+  }
+  /* The avail lists link slabs of different SuperSlabs: every slab leaves
+   * them before any SuperSlab is abandoned, or unlinking a slab later would
+   * write into a slab another thread may have adopted (found by TSan). */
+  for (superslab_t *ss = h->all; ss != NULL; ss = ss->all_next)
+    for (unsigned i = 0; i < ss->nslabs; i++) {
+      slab_t *s = &ss->slabs[i];
+      if (s->in_use == SLAB_UNUSED) continue;
+      s->in_use = SLAB_ACTIVE;
+      s->next = s->prev = NULL;
+    }
   superslab_t *next;
   for (superslab_t *ss = h->all; ss != NULL; ss = next) {
     next = ss->all_next;
     bool gone = false;
-    for (unsigned i = 0; i < ss->nslabs && !gone; i++) {
+    /* !gone first: once released, the SuperSlab may be another thread's */
+    for (unsigned i = 0; !gone && i < ss->nslabs; i++) {
       slab_t *s = &ss->slabs[i];
       if (s->in_use == SLAB_UNUSED) continue;
       slab_collect_remote(s); /* also clears the notify bit */
@@ -516,12 +530,6 @@ void hm_heap_thread_exit(heap_t *h) {
       if (s->used == 0) gone = slab_release(h, s);
     }
     if (gone) continue;
-    for (unsigned i = 0; i < ss->nslabs; i++) {
-      slab_t *s = &ss->slabs[i];
-      if (s->in_use == SLAB_UNUSED) continue;
-      s->in_use = SLAB_ACTIVE;
-      s->next = s->prev = NULL;
-    }
     if (ss->on_partial) partial_unlink(h, ss);
     all_unlink(h, ss);
     atomic_store(&ss->owner, NULL);

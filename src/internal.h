@@ -57,9 +57,15 @@ enum { KIND_SMALL = 0, KIND_MEDIUM = 1, KIND_BIG = 2, NUM_KINDS = 3 };
 enum { REG_NONE = 0, REG_SS = 1, REG_LARGE_HEAD = 2, REG_LARGE_TAIL = 3, REG_LARGE_FREED = 4 };
 extern HM_HIDDEN uint8_t hm_registry[REG_ENTRIES];
 
+/* Relaxed atomics (plain moves on x86): a chunk unmapped by one thread can be
+ * mapped and registered by another at once; the kernel orders the two, but
+ * only atomics make that a defined program (and quiet for ThreadSanitizer). */
 HM_INLINE unsigned hm_reg_kind(uintptr_t a) {
   uintptr_t i = a >> SS_SHIFT;
-  return likely(i < REG_ENTRIES) ? hm_registry[i] : (unsigned)REG_NONE;
+  return likely(i < REG_ENTRIES) ? __atomic_load_n(&hm_registry[i], __ATOMIC_RELAXED) : (unsigned)REG_NONE;
+}
+HM_INLINE void hm_reg_set(uintptr_t a, unsigned kind) {
+  __atomic_store_n(&hm_registry[a >> SS_SHIFT], (uint8_t)kind, __ATOMIC_RELAXED);
 }
 
 /* ---- size classes ------------------------------------------------------ */

@@ -45,8 +45,8 @@ void *hm_large_alloc(size_t n, size_t align) {
 #ifdef HAKMEM_SECURE
   hm_secure_guard(end - HM_GUARD_SIZE); /* the span's last page */
 #endif
-  hm_registry[(uintptr_t)base >> SS_SHIFT] = REG_LARGE_HEAD;
-  for (char *c = base + SS_SIZE; c < end; c += SS_SIZE) hm_registry[(uintptr_t)c >> SS_SHIFT] = REG_LARGE_TAIL;
+  hm_reg_set((uintptr_t)base, REG_LARGE_HEAD);
+  for (char *c = base + SS_SIZE; c < end; c += SS_SIZE) hm_reg_set((uintptr_t)c, REG_LARGE_TAIL);
   return block;
 }
 
@@ -67,10 +67,10 @@ void hm_large_free(void *p) {
   }
   size_t span = h->span;
   h->magic = 0;
-  for (uintptr_t c = (uintptr_t)h; c < (uintptr_t)h + span; c += SS_SIZE) hm_registry[c >> SS_SHIFT] = REG_NONE;
+  for (uintptr_t c = (uintptr_t)h; c < (uintptr_t)h + span; c += SS_SIZE) hm_reg_set(c, REG_NONE);
   /* hardening: a second free of p says "double free"; set before the unmap,
    * after which the chunk may become hakmem's again */
-  hm_registry[(uintptr_t)p >> SS_SHIFT] = REG_LARGE_FREED;
+  hm_reg_set((uintptr_t)p, REG_LARGE_FREED);
   hm_os_unmap(h, span);
 }
 
