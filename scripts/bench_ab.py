@@ -47,6 +47,8 @@ def main():
     ap.add_argument("--runs", type=int, default=11)
     ap.add_argument("--iters", type=int, default=20000000)
     ap.add_argument("--seed", default="42")
+    ap.add_argument("--stat", choices=("median", "min"), default="median",
+                    help="median, or min: the best run (load from other processes only ever adds time)")
     args = ap.parse_args()
     for lib in args.libs:
         if not os.path.exists(lib):
@@ -60,10 +62,14 @@ def main():
         print("run %d/%d done" % (r + 1, args.runs), file=sys.stderr, flush=True)
     print("bench_random_mixed %d iters, seed %s, %d interleaved runs; vs %s:"
           % (args.iters, args.seed, args.runs, args.libs[0]))
-    print("median Mops/s of the timed loop (wall clock) and median CPU seconds of the whole run;")
+    print("%s Mops/s of the timed loop (wall clock) and %s CPU seconds of the whole run;"
+          % (("median", "median") if args.stat == "median" else ("best", "least")))
     print("(+x%) = x% more time than the reference")
     print("%-32s" % "library" + "".join("%36s" % ("ws %d: Mops/s, CPU s" % ws) for ws in ws_list))
-    med = {k: (statistics.median(v[0] for v in vs), statistics.median(v[1] for v in vs)) for k, vs in res.items()}
+    if args.stat == "median":
+        med = {k: (statistics.median(v[0] for v in vs), statistics.median(v[1] for v in vs)) for k, vs in res.items()}
+    else:
+        med = {k: (max(v[0] for v in vs), min(v[1] for v in vs)) for k, vs in res.items()}
     for lib in args.libs:
         cells = []
         for ws in ws_list:
@@ -72,7 +78,15 @@ def main():
             cells.append("%7.2f (%+5.1f%%) %6.3f (%+5.1f%%)" % (ops / 1e6, (rops / ops - 1) * 100, cpu,
                                                                (cpu / rcpu - 1) * 100))
         print("%-32s" % lib + "".join("%36s" % c for c in cells))
-
+    # Paired: each round ran every build back to back, so the ratio within a
+    # round cancels slow changes in the machine's load.
+    print("\nCPU time relative to %s, per round (paired): median [quartiles]" % args.libs[0])
+    for lib in args.libs[1:]:
+        cells = []
+        for ws in ws_list:
+            q = statistics.quantiles([a[1] / b[1] for a, b in zip(res[(lib, ws)], res[(args.libs[0], ws)])], n=4)
+            cells.append("%+5.1f%% [%+5.1f%%, %+5.1f%%]" % ((q[1] - 1) * 100, (q[0] - 1) * 100, (q[2] - 1) * 100))
+        print("%-32s" % lib + "".join("%36s" % c for c in cells))
 
 if __name__ == "__main__":
     main()

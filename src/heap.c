@@ -190,7 +190,7 @@ static void slab_collect_remote(slab_t *s) {
   block_t *tail = list, *next;
   while ((next = hm_next_get(s, tail)) != NULL) {
     tail = next;
-    n++;
+    if (unlikely(++n > s->capacity)) hm_fatal("heap corruption", s, "a cycle in a slab's remote free list");
   }
   HM_ASSERT(n <= s->used);
   hm_next_set(s, tail, s->free);
@@ -393,11 +393,10 @@ static void *heap_alloc(heap_t *h, unsigned c) {
     if (s != &hm_empty_slab) {
       hm_check_slab(s);
       if (slab_refill(s)) {
-        block_t *b = s->free;
-        s->free = hm_next_get(s, b);
+        block_t *b = s->free, *n = hm_next_decode(s, b);
+        s->free = n;
         s->used++;
-        hm_block_handout(s, b);
-        return b;
+        return hm_block_handout(s, b, n);
       }
       if (!slab_try_mark_full(s)) continue;
       h->cur[c] = &hm_empty_slab;

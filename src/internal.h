@@ -268,44 +268,74 @@ HM_INLINE void hm_slab_set_carved(slab_t *s, unsigned n) {
 }
 
 #ifdef HAKMEM_SECURE
-/* Freed blocks hold this pattern from byte 16 up to HM_FILL_MAX bytes; it is
- * checked when the block is handed out again (write after free). */
-#define HM_FILL_PATTERN 0xdfdfdfdfdfdfdfdfULL
-#define HM_FILL_MAX 256
+/* Secure mode: a free block holds the tag in every word from byte 8 to
+ * HM_FILL_BYTES: the tag is the fill pattern (bytes 0..7 hold the encoded
+ * list pointer). free writes it; handing the block out again checks it
+ * (write after free) and that the block's decoded next pointer stays in its
+ * SuperSlab. HM_FILL_BYTES: 16 (default), 32 or 64, set by cmake
+ * -DHAKMEM_SECURE_FILL=; docs/SECURITY.md has what each costs. */
+#ifndef HM_FILL_BYTES
+#define HM_FILL_BYTES 16
+#endif
+_Static_assert(HM_FILL_BYTES == 16 || HM_FILL_BYTES == 32 || HM_FILL_BYTES == 64, "HM_FILL_BYTES: 16, 32 or 64");
+#include <emmintrin.h>
+extern HM_HIDDEN __m128i hm_fill_lane; /* the tag, twice */
 HM_HIDDEN HM_NORETURN void hm_corrupt_list(const slab_t *s, const block_t *b);
-HM_HIDDEN HM_NORETURN void hm_write_after_free(const slab_t *s, const block_t *b);
+HM_HIDDEN void *hm_handout_failed(const slab_t *s, const block_t *b, const block_t *n);
 HM_HIDDEN void hm_secure_guard(void *page);
 HM_HIDDEN void hm_secure_shuffle(uint32_t *idx, uint32_t n);
 
-HM_INLINE unsigned hm_fill_words(const slab_t *s) {
-  return (s->block_size < HM_FILL_MAX ? s->block_size : HM_FILL_MAX) / 8;
+/* Bytes [8, end) of a free block hold the tag (blocks smaller than
+ * HM_FILL_BYTES: the tag word only). */
+HM_INLINE unsigned hm_fill_end(const slab_t *s) {
+  return s->block_size >= HM_FILL_BYTES ? HM_FILL_BYTES : 16;
 }
 HM_INLINE void hm_secure_fill(const slab_t *s, void *p) {
-  uint64_t *w = (uint64_t *)p;
-  for (unsigned i = 2, n = hm_fill_words(s); i < n; i++) w[i] = HM_FILL_PATTERN;
+  char *c = (char *)p;
+  if (HM_FILL_BYTES > 16 && likely(s->block_size >= HM_FILL_BYTES)) {
+    _mm_storeu_si128((__m128i *)(c + 8), hm_fill_lane); /* bytes 8..23 */
+    for (unsigned off = 16; off < HM_FILL_BYTES; off += 16) _mm_store_si128((__m128i *)(c + off), hm_fill_lane);
+  } else {
+    ((uint64_t *)p)[1] = (uint64_t)hm_free_tag;
+  }
 }
-/* A free block about to be handed out: its tag and pattern must be intact. */
-HM_INLINE void hm_secure_check(const slab_t *s, const block_t *b) {
-  const uint64_t *w = (const uint64_t *)b;
-  uint64_t bad = w[1] ^ hm_free_tag;
-  for (unsigned i = 2, n = hm_fill_words(s); i < n; i++) bad |= w[i] ^ HM_FILL_PATTERN;
-  if (unlikely(bad != 0)) hm_write_after_free(s, b);
+/* Are the tag and the pattern of free block b intact, and its decoded next
+ * pointer n NULL or in b's SuperSlab? */
+HM_INLINE bool hm_secure_intact(const slab_t *s, const block_t *b, const block_t *n) {
+  const char *c = (const char *)b;
+  unsigned eq;
+  if (HM_FILL_BYTES > 16 && likely(s->block_size >= HM_FILL_BYTES)) {
+    __m128i x = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(c + 8)), hm_fill_lane);
+    for (unsigned off = 16; off < HM_FILL_BYTES; off += 16)
+      x = _mm_and_si128(x, _mm_cmpeq_epi8(_mm_load_si128((const __m128i *)(c + off)), hm_fill_lane));
+    eq = (unsigned)_mm_movemask_epi8(x) == 0xffffu;
+  } else {
+    eq = ((const uint64_t *)b)[1] == (uint64_t)hm_free_tag;
+  }
+  return eq && (n == NULL || (((uintptr_t)n ^ (uintptr_t)b) <= SS_MASK));
 }
 #endif
 
 /* The next pointer of free block b. Secure: stored xor the slab's key xor
- * b's address, and checked to be a block of the slab, so that a write into
- * a freed block is detected instead of followed. */
-HM_INLINE block_t *hm_next_get(const slab_t *s, const block_t *b) {
+ * b's address, so that a write into a freed block is detected instead of
+ * followed: decoded, an overwritten pointer lands outside b's SuperSlab
+ * (unless the write guessed the 64-bit key); one that stays inside is caught
+ * before it is handed out, having no tag. hm_next_get checks (slow paths);
+ * the fast path decodes, and hm_block_handout checks. */
+HM_INLINE block_t *hm_next_decode(const slab_t *s, const block_t *b) {
 #ifdef HAKMEM_SECURE
-  block_t *n = (block_t *)((uintptr_t)b->next ^ s->key ^ (uintptr_t)b);
-  if (unlikely(n != NULL && ((((uintptr_t)n ^ (uintptr_t)b) > SS_MASK) || !hm_slab_holds(s, n))))
-    hm_corrupt_list(s, b);
-  return n;
+  return (block_t *)((uintptr_t)b->next ^ s->key ^ (uintptr_t)b);
 #else
   (void)s;
   return b->next;
 #endif
+}
+HM_INLINE block_t *hm_next_get(const slab_t *s, const block_t *b) {
+  block_t *n = hm_next_decode(s, b);
+#ifdef HAKMEM_SECURE
+  if (unlikely(n != NULL && ((uintptr_t)n ^ (uintptr_t)b) > SS_MASK)) hm_corrupt_list(s, b);
+#endif
+  return n;
 }
 HM_INLINE void hm_next_set(const slab_t *s, block_t *b, const block_t *n) {
 #ifdef HAKMEM_SECURE
@@ -316,26 +346,28 @@ HM_INLINE void hm_next_set(const slab_t *s, block_t *b, const block_t *n) {
 #endif
 }
 
-/* A block leaves its free list for the program. Default: one store (clear
- * the free tag). Secure: check the tag and the fill pattern first. */
-HM_INLINE void hm_block_handout(const slab_t *s, block_t *b) {
+/* Block b, whose decoded next pointer n is now the list head, leaves its
+ * free list for the program; returns b. Default: one store (clear the free
+ * tag). Secure: check the tag, the pattern and n first. */
+HM_INLINE void *hm_block_handout(const slab_t *s, block_t *b, const block_t *n) {
   (void)s;
-#ifndef HAKMEM_NO_CHECKS
+  (void)n;
 #ifdef HAKMEM_SECURE
-  hm_secure_check(s, b);
+  if (unlikely(!hm_secure_intact(s, b, n))) return hm_handout_failed(s, b, n); /* never returns */
 #endif
+#ifndef HAKMEM_NO_CHECKS
   ((uintptr_t *)b)[1] = 0;
-#else
-  (void)b;
 #endif
+  return b;
 }
 
-/* A free block gets its tag (and in secure mode its pattern). */
+/* A free block gets its tag (in secure mode: its pattern). */
 HM_INLINE void hm_block_tag_free(const slab_t *s, void *p) {
-  (void)s;
-  ((uintptr_t *)p)[1] = hm_free_tag;
 #ifdef HAKMEM_SECURE
   hm_secure_fill(s, p);
+#else
+  (void)s;
+  ((uintptr_t *)p)[1] = hm_free_tag;
 #endif
 }
 
@@ -376,10 +408,10 @@ HM_INLINE void *hm_malloc_small(size_t n) {
   block_t *b = s->free;
   if (likely(b != NULL)) {
     hm_check_block(s, b);
-    s->free = hm_next_get(s, b);
+    block_t *n = hm_next_decode(s, b);
+    s->free = n;
     s->used++;
-    hm_block_handout(s, b); /* hardening: clears the free tag */
-    return b;
+    return hm_block_handout(s, b, n); /* hardening: clears the free tag (secure: checks) */
   }
   return hm_alloc_slow(n);
 }

@@ -16,7 +16,12 @@
 uintptr_t hm_free_tag;
 
 /* At start-up, before any block exists. */
-void hm_misuse_init(void) { hm_free_tag = (uintptr_t)hm_random_u64() | 1; }
+void hm_misuse_init(void) {
+  hm_free_tag = (uintptr_t)hm_random_u64() | 1;
+#ifdef HAKMEM_SECURE
+  hm_fill_lane = _mm_set1_epi64x((long long)hm_free_tag);
+#endif
+}
 
 static const char *const op_prefix[] = {"", "realloc: ", "malloc_usable_size: "};
 

@@ -11,20 +11,25 @@
 
 #ifdef HAKMEM_SECURE
 
+__m128i hm_fill_lane;
+
 void hm_corrupt_list(const slab_t *s, const block_t *b) {
   (void)s;
   hm_fatal("heap corruption", b, "free-list pointer of a freed block overwritten (write after free?)");
 }
 
-void hm_write_after_free(const slab_t *s, const block_t *b) {
-  const uint64_t *w = (const uint64_t *)b;
-  unsigned i = 1;
-  if (w[1] == hm_free_tag)
-    for (i = 2; i < hm_fill_words(s) && w[i] == HM_FILL_PATTERN; i++) {
-    }
-  char reason[96] = "freed block modified at byte ";
-  hm_format_dec(reason + strlen(reason), (long)i * 8);
-  hm_fatal("write after free", b, reason);
+/* hm_block_handout found free block b damaged: say how. */
+void *hm_handout_failed(const slab_t *s, const block_t *b, const block_t *n) {
+  const unsigned char *c = (const unsigned char *)b;
+  uint64_t tag = (uint64_t)hm_free_tag;
+  for (unsigned i = 8; i < hm_fill_end(s); i++) {
+    if (c[i] == (unsigned char)(tag >> (8 * (i % 8)))) continue;
+    char reason[96] = "freed block modified at byte ";
+    hm_format_dec(reason + strlen(reason), (long)i);
+    hm_fatal("write after free", b, reason);
+  }
+  (void)n;
+  hm_corrupt_list(s, b);
 }
 
 /* A PROT_NONE page: overflows off the end of a SuperSlab or large span

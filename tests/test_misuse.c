@@ -286,10 +286,20 @@ static void reach(char *a, size_t n) {
     if (malloc(n) == a) FAILF("the modified freed block %p was handed out", (void *)a);
   FAILF("the freed block %p never came back", (void *)a);
 }
+/* a byte of the fill pattern (bytes 8..HM_FILL_BYTES) */
+#if HM_FILL_BYTES == 16
+#define FILL_PROBE 12
+#elif HM_FILL_BYTES == 32
+#define FILL_PROBE 20
+#else
+#define FILL_PROBE 40
+#endif
+#define STR_(x) #x
+#define STR(x) STR_(x)
 static void c_write_after_free(void) {
   char *a = malloc(128);
   free(a);
-  a[40] = 1; /* into the fill pattern */
+  a[FILL_PROBE] = 1;
   reach(a, 128);
 }
 static void c_write_after_free_tag(void) {
@@ -390,8 +400,8 @@ static const struct mcase cases[] = {
     {"double_abandoned", c_double_abandoned, ABORTS, "double free", "block already free", 0},
     {"tag_value_in_live_block", c_tag_value_in_live_block, SURVIVES, NULL, NULL, 0},
 #ifdef HAKMEM_SECURE
-    {"write_after_free", c_write_after_free, ABORTS, "write after free", "freed block modified at byte 40", 1},
-    {"write_after_free_tag", c_write_after_free_tag, ABORTS, "write after free", "freed block modified at byte 8", 1},
+    {"write_after_free", c_write_after_free, ABORTS, "write after free", "freed block modified at byte " STR(FILL_PROBE), 1},
+    {"write_after_free_tag", c_write_after_free_tag, ABORTS, "write after free", "freed block modified at byte 9", 1},
     {"freelist_overwritten", c_freelist_overwritten, ABORTS, "heap corruption",
      "free-list pointer of a freed block overwritten (write after free?)", 1},
     {"guard_superslab", c_guard_superslab, SEGV, NULL, NULL, 1},
