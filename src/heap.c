@@ -393,10 +393,13 @@ static void *heap_alloc(heap_t *h, unsigned c) {
     if (s != &hm_empty_slab) {
       hm_check_slab(s);
       if (slab_refill(s)) {
-        block_t *b = s->free, *n = hm_next_decode(s, b);
-        s->free = n;
+        block_t *b = s->free;
+#ifdef HAKMEM_SECURE
+        if (unlikely(!hm_head_ok(s, b))) hm_corrupt_list(s, b);
+#endif
+        s->free = hm_next_decode(s, b);
         s->used++;
-        return hm_block_handout(s, b, n);
+        return hm_block_handout(s, b);
       }
       if (!slab_try_mark_full(s)) continue;
       h->cur[c] = &hm_empty_slab;

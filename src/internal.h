@@ -136,8 +136,9 @@ _Static_assert(sizeof(superslab_t) <= SS_HEADER_SIZE, "header fits its page");
 HM_INLINE superslab_t *hm_ss_of(const void *p) {
   return (superslab_t *)((uintptr_t)p & ~SS_MASK);
 }
+HM_INLINE uint32_t hm_ss_offset(const void *p) { return (uint32_t)((uintptr_t)p & SS_MASK); }
 HM_INLINE slab_t *hm_slab_of(superslab_t *ss, const void *p) {
-  return &ss->slabs[((uintptr_t)p & SS_MASK) >> ss->slab_shift];
+  return &ss->slabs[hm_ss_offset(p) >> ss->slab_shift];
 }
 HM_INLINE char *hm_slab_start(const slab_t *s) {
   return (char *)hm_ss_of(s) + s->start_off;
@@ -256,7 +257,7 @@ enum { HM_OP_FREE, HM_OP_REALLOC, HM_OP_USABLE };
  * to at least 2^32 / d > carved. One compare checks alignment and range;
  * unused slabs have carved == 0. */
 HM_INLINE bool hm_slab_holds(const slab_t *s, const void *p) {
-  uint32_t x = (uint32_t)((uintptr_t)p & SS_MASK) - s->start_off;
+  uint32_t x = hm_ss_offset(p) - s->start_off;
   uint32_t q = x * s->div_inv;
   unsigned k = s->div_shift;
   q = (q >> k) | (q << (-k & 31)); /* rotate right */
@@ -271,8 +272,7 @@ HM_INLINE void hm_slab_set_carved(slab_t *s, unsigned n) {
 /* Secure mode: a free block holds the tag in every word from byte 8 to
  * HM_FILL_BYTES: the tag is the fill pattern (bytes 0..7 hold the encoded
  * list pointer). free writes it; handing the block out again checks it
- * (write after free) and that the block's decoded next pointer stays in its
- * SuperSlab. HM_FILL_BYTES: 16 (default), 32 or 64, set by cmake
+ * (write after free). HM_FILL_BYTES: 16 (default), 32 or 64, set by cmake
  * -DHAKMEM_SECURE_FILL=; docs/SECURITY.md has what each costs. */
 #ifndef HM_FILL_BYTES
 #define HM_FILL_BYTES 16
@@ -281,7 +281,7 @@ _Static_assert(HM_FILL_BYTES == 16 || HM_FILL_BYTES == 32 || HM_FILL_BYTES == 64
 #include <emmintrin.h>
 extern HM_HIDDEN __m128i hm_fill_lane; /* the tag, twice */
 HM_HIDDEN HM_NORETURN void hm_corrupt_list(const slab_t *s, const block_t *b);
-HM_HIDDEN void *hm_handout_failed(const slab_t *s, const block_t *b, const block_t *n);
+HM_HIDDEN void *hm_handout_failed(const slab_t *s, const block_t *b);
 HM_HIDDEN void hm_secure_guard(void *page);
 HM_HIDDEN void hm_secure_shuffle(uint32_t *idx, uint32_t n);
 
@@ -299,9 +299,8 @@ HM_INLINE void hm_secure_fill(const slab_t *s, void *p) {
     ((uint64_t *)p)[1] = (uint64_t)hm_free_tag;
   }
 }
-/* Are the tag and the pattern of free block b intact, and its decoded next
- * pointer n NULL or in b's SuperSlab? */
-HM_INLINE bool hm_secure_intact(const slab_t *s, const block_t *b, const block_t *n) {
+/* Are the tag and the pattern of free block b intact? */
+HM_INLINE bool hm_secure_intact(const slab_t *s, const block_t *b) {
   const char *c = (const char *)b;
   unsigned eq;
   if (HM_FILL_BYTES > 16 && likely(s->block_size >= HM_FILL_BYTES)) {
@@ -312,7 +311,7 @@ HM_INLINE bool hm_secure_intact(const slab_t *s, const block_t *b, const block_t
   } else {
     eq = ((const uint64_t *)b)[1] == (uint64_t)hm_free_tag;
   }
-  return eq && (n == NULL || (((uintptr_t)n ^ (uintptr_t)b) <= SS_MASK));
+  return eq;
 }
 #endif
 
@@ -321,7 +320,8 @@ HM_INLINE bool hm_secure_intact(const slab_t *s, const block_t *b, const block_t
  * followed: decoded, an overwritten pointer lands outside b's SuperSlab
  * (unless the write guessed the 64-bit key); one that stays inside is caught
  * before it is handed out, having no tag. hm_next_get checks (slow paths);
- * the fast path decodes, and hm_block_handout checks. */
+ * the fast path decodes, and hm_head_ok checks the new head before the next
+ * pop reads through it. */
 HM_INLINE block_t *hm_next_decode(const slab_t *s, const block_t *b) {
 #ifdef HAKMEM_SECURE
   return (block_t *)((uintptr_t)b->next ^ s->key ^ (uintptr_t)b);
@@ -346,14 +346,24 @@ HM_INLINE void hm_next_set(const slab_t *s, block_t *b, const block_t *n) {
 #endif
 }
 
-/* Block b, whose decoded next pointer n is now the list head, leaves its
- * free list for the program; returns b. Default: one store (clear the free
- * tag). Secure: check the tag, the pattern and n first. */
-HM_INLINE void *hm_block_handout(const slab_t *s, block_t *b, const block_t *n) {
-  (void)s;
-  (void)n;
+/* Is b, the head of s's free list, a block to pop? Default: not NULL.
+ * Secure: in s's SuperSlab (NULL is not), so that a damaged list pointer
+ * takes the slow path, which reports it, instead of being followed. */
+HM_INLINE bool hm_head_ok(const slab_t *s, const block_t *b) {
 #ifdef HAKMEM_SECURE
-  if (unlikely(!hm_secure_intact(s, b, n))) return hm_handout_failed(s, b, n); /* never returns */
+  return ((uintptr_t)b ^ (uintptr_t)s) <= SS_MASK;
+#else
+  (void)s;
+  return b != NULL;
+#endif
+}
+
+/* Block b leaves its free list for the program; returns b. Default: one
+ * store (clear the free tag). Secure: check the tag and the pattern first. */
+HM_INLINE void *hm_block_handout(const slab_t *s, block_t *b) {
+  (void)s;
+#ifdef HAKMEM_SECURE
+  if (unlikely(!hm_secure_intact(s, b))) return hm_handout_failed(s, b); /* never returns */
 #endif
 #ifndef HAKMEM_NO_CHECKS
   ((uintptr_t *)b)[1] = 0;
@@ -406,12 +416,11 @@ HM_HIDDEN void hm_misuse(const char *what, const void *p, const char *reason);
 HM_INLINE void *hm_malloc_small(size_t n) {
   slab_t *s = hm_tls_heap->cur[hm_size_class(n)];
   block_t *b = s->free;
-  if (likely(b != NULL)) {
+  if (likely(hm_head_ok(s, b))) { /* hardening: b != NULL (secure: and not damaged) */
     hm_check_block(s, b);
-    block_t *n = hm_next_decode(s, b);
-    s->free = n;
+    s->free = hm_next_decode(s, b);
     s->used++;
-    return hm_block_handout(s, b, n); /* hardening: clears the free tag (secure: checks) */
+    return hm_block_handout(s, b); /* hardening: clears the free tag (secure: checks) */
   }
   return hm_alloc_slow(n);
 }

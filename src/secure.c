@@ -13,23 +13,22 @@
 
 __m128i hm_fill_lane;
 
+/* b: a free block whose list pointer decodes outside its SuperSlab, or
+ * the decoded pointer itself. */
 void hm_corrupt_list(const slab_t *s, const block_t *b) {
   (void)s;
   hm_fatal("heap corruption", b, "free-list pointer of a freed block overwritten (write after free?)");
 }
 
-/* hm_block_handout found free block b damaged: say how. */
-void *hm_handout_failed(const slab_t *s, const block_t *b, const block_t *n) {
+/* hm_block_handout found free block b damaged: say where. */
+void *hm_handout_failed(const slab_t *s, const block_t *b) {
   const unsigned char *c = (const unsigned char *)b;
   uint64_t tag = (uint64_t)hm_free_tag;
-  for (unsigned i = 8; i < hm_fill_end(s); i++) {
-    if (c[i] == (unsigned char)(tag >> (8 * (i % 8)))) continue;
-    char reason[96] = "freed block modified at byte ";
-    hm_format_dec(reason + strlen(reason), (long)i);
-    hm_fatal("write after free", b, reason);
-  }
-  (void)n;
-  hm_corrupt_list(s, b);
+  unsigned i = 8;
+  while (i < hm_fill_end(s) - 1 && c[i] == (unsigned char)(tag >> (8 * (i % 8)))) i++;
+  char reason[96] = "freed block modified at byte ";
+  hm_format_dec(reason + strlen(reason), (long)i);
+  hm_fatal("write after free", b, reason);
 }
 
 /* A PROT_NONE page: overflows off the end of a SuperSlab or large span
