@@ -88,5 +88,6 @@ def main():
             cells.append("%+5.1f%% [%+5.1f%%, %+5.1f%%]" % ((q[1] - 1) * 100, (q[0] - 1) * 100, (q[2] - 1) * 100))
         print("%-32s" % lib + "".join("%36s" % c for c in cells))
 
+
 if __name__ == "__main__":
     main()
