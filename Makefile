@@ -1,11 +1,13 @@
 # Thin wrapper over CMake: `make`, `make test`, `make debug`, `make bench`,
-# `make install PREFIX=/usr/local`, `make stats`, `make options-doc`.
+# `make install PREFIX=/usr/local`, `make stats`, `make options-doc`,
+# `make secure`, `make tsan`, `make fuzz`.
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 PREFIX ?= /usr/local
 GEN   := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all build test install debug debug-test stats stats-test options-doc bench bench-quick bench-instr clean
+.PHONY: all build test test-default install debug debug-test stats stats-test options-doc bench bench-quick \
+        bench-instr clean secure secure-test tsan tsan-test fuzz fuzz-run nochecks
 
 all: build
 
@@ -16,8 +18,44 @@ $(BUILD)/.configured: CMakeLists.txt
 build: $(BUILD)/.configured
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: build
+# The whole suite in the default build, the secure build and the
+# ThreadSanitizer build (docs/SECURITY.md).
+test: test-default secure-test tsan-test
+
+test-default: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# Secure mode (docs/SECURITY.md): the same libraries and suite in build-secure/.
+secure:
+	cmake -S . -B build-secure $(GEN) -DCMAKE_BUILD_TYPE=Release -DHAKMEM_SECURE=ON
+	cmake --build build-secure -j $(JOBS)
+
+secure-test: secure
+	cd build-secure && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# The multi-threaded tests with hakmem built under ThreadSanitizer (gcc).
+tsan:
+	cmake -S . -B build-tsan $(GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHAKMEM_TSAN=ON
+	cmake --build build-tsan -j $(JOBS)
+
+tsan-test: tsan
+	cd build-tsan && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# libFuzzer harness (clang): build-fuzz/fuzz_api; `make fuzz-run FUZZ_SECONDS=600`.
+FUZZ_SECONDS ?= 60
+fuzz:
+	cmake -S . -B build-fuzz $(GEN) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHAKMEM_FUZZ=ON
+	cmake --build build-fuzz -j $(JOBS)
+
+fuzz-run: fuzz
+	mkdir -p build-fuzz/corpus
+	build-fuzz/fuzz_api -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 build-fuzz/corpus
+
+# The default build without the misuse checks on the fast paths, only to
+# measure what they cost (docs/SECURITY.md).
+nochecks:
+	cmake -S . -B build-nochecks $(GEN) -DCMAKE_BUILD_TYPE=Release -DHAKMEM_NO_CHECKS=ON -DHAKMEM_BUILD_TESTS=OFF
+	cmake --build build-nochecks -j $(JOBS)
 
 # Header, libraries, pkg-config file, CMake package and the `hakmem` launcher.
 install: build
@@ -54,4 +92,4 @@ bench-instr: build
 	python3 scripts/bench_instr.py --build $(BUILD)
 
 clean:
-	rm -rf $(BUILD) build-debug build-stats
+	rm -rf $(BUILD) build-debug build-stats build-secure build-tsan build-fuzz build-nochecks

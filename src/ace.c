@@ -35,8 +35,19 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "internal.h"
+
+#if defined(__SANITIZE_THREAD__)
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define tsan_acquire(p) __tsan_acquire(p)
+#define tsan_release(p) __tsan_release(p)
+#else
+#define tsan_acquire(p) ((void)0)
+#define tsan_release(p) ((void)0)
+#endif
 
 #define ACE_BUCKETS 32                        /* spans of up to 64 MiB are cached */
 #define ACE_CAP_MAX 256                       /* per length */
@@ -169,33 +180,35 @@ static void leaves_install(const char *p, size_t len, leaves_t *l) {
  * last span starting before c can reach into it; the chunks between are
  * TAIL. SuperSlab chunks are never shared, so they are left alone. */
 static void reg_refresh(uintptr_t c) {
-  if (hm_registry[c] == REG_SS) return;
+  if (__atomic_load_n(&hm_registry[c], __ATOMIC_RELAXED) == REG_SS) return;
   span_t *s = slot(c);
   uint8_t v = REG_NONE;
   if (s != NULL && s->state != SPAN_NONE) {
     v = REG_LARGE_HEAD;
+  } else if (s != NULL && s->base != NULL && chunk_of(s->base) == c) {
+    v = REG_LARGE_FREED; /* a span started here and was given back: a second free is a double free */
   } else {
     uintptr_t h = c;
-    while (h > 0 && hm_registry[h - 1] == REG_LARGE_TAIL) h--;
-    if (h > 0 && hm_registry[h - 1] == REG_LARGE_HEAD) {
+    while (h > 0 && __atomic_load_n(&hm_registry[h - 1], __ATOMIC_RELAXED) == REG_LARGE_TAIL) h--;
+    if (h > 0 && __atomic_load_n(&hm_registry[h - 1], __ATOMIC_RELAXED) == REG_LARGE_HEAD) {
       s = slot(h - 1);
       if (s->state != SPAN_NONE && (uintptr_t)(s->base + s->len) > (c << SS_SHIFT)) v = REG_LARGE_TAIL;
     }
   }
-  hm_registry[c] = v;
+  __atomic_store_n(&hm_registry[c], (uint8_t)v, __ATOMIC_RELAXED);
 }
 
 /* Record a span (its state already set) / forget one (state NONE). */
 static void reg_mark(const span_t *s) {
   uintptr_t c0 = chunk_of(s->base), c1 = chunk_of(s->base + s->len - 1);
-  hm_registry[c0] = REG_LARGE_HEAD;
-  for (uintptr_t c = c0 + 1; c < c1; c++) hm_registry[c] = REG_LARGE_TAIL;
+  __atomic_store_n(&hm_registry[c0], (uint8_t)REG_LARGE_HEAD, __ATOMIC_RELAXED);
+  for (uintptr_t c = c0 + 1; c < c1; c++) __atomic_store_n(&hm_registry[c], (uint8_t)REG_LARGE_TAIL, __ATOMIC_RELAXED);
   if (c1 != c0) reg_refresh(c1);
 }
 
 static void reg_unmark(const span_t *s) {
   uintptr_t c0 = chunk_of(s->base), c1 = chunk_of(s->base + s->len - 1);
-  for (uintptr_t c = c0 + 1; c < c1; c++) hm_registry[c] = REG_NONE;
+  for (uintptr_t c = c0 + 1; c < c1; c++) __atomic_store_n(&hm_registry[c], (uint8_t)REG_NONE, __ATOMIC_RELAXED);
   reg_refresh(c0);
   if (c1 != c0) reg_refresh(c1);
 }
@@ -204,6 +217,7 @@ static void reg_unmark(const span_t *s) {
 static span_t *span_record(char *p, size_t len, uint32_t st) {
   span_t *s = slot(chunk_of(p));
   HM_ASSERT(s->state == SPAN_NONE);
+  tsan_acquire(s); /* (see unmap_list) */
   s->base = p;
   s->len = len;
   s->next = s->prev = NULL;
@@ -276,6 +290,10 @@ static size_t unmap_list(span_t *s) {
     span_t *next = s->next;
     char *base = s->base;
     size_t len = s->len;
+    /* Once the range is unmapped, another thread may map it and record a
+     * span in this slot: the kernel orders that after these reads, which
+     * ThreadSanitizer cannot see, so it is told (tsan_release/acquire). */
+    tsan_release(s);
     bytes += len;
     atomic_fetch_sub_explicit(&mapped_bytes, len, memory_order_relaxed);
     hm_os_unmap(base, len); /* from here on the slot may be reused */
@@ -317,7 +335,7 @@ static span_t *span_ending_at(const char *x) {
   for (unsigned walked = 0; walked <= ACE_BUCKETS; walked++, c--) {
     span_t *s = slot(c);
     if (s != NULL && s->state != SPAN_NONE && s->base < x) return s->base + s->len == x ? s : NULL;
-    if (c == 0 || (hm_registry[c] != REG_LARGE_TAIL && hm_registry[c] != REG_LARGE_HEAD)) return NULL;
+    if (c == 0 || (__atomic_load_n(&hm_registry[c], __ATOMIC_RELAXED) != REG_LARGE_TAIL && __atomic_load_n(&hm_registry[c], __ATOMIC_RELAXED) != REG_LARGE_HEAD)) return NULL;
   }
   return NULL;
 }
@@ -497,7 +515,7 @@ static char *map_span(size_t len, size_t align) {
 static void *ace_alloc(size_t n, size_t asked_align, bool *fresh) {
   size_t align = asked_align < PAGE_SIZE_ ? PAGE_SIZE_ : asked_align; /* every span is page aligned */
   if (align >= ACE_LIMIT || n > ACE_LIMIT - align) return fail("Threshold", n, asked_align, ENOMEM);
-  size_t len = span_len_for(n);
+  size_t len = span_len_for(n + HM_GUARD_SIZE);
   span_t *list = NULL, *s = NULL;
   uint64_t now = hm_now_ns();
   pthread_mutex_lock(&ace_lock);
@@ -545,6 +563,19 @@ static void *ace_alloc(size_t n, size_t asked_align, bool *fresh) {
   return p;
 }
 
+/* Secure mode: the last page of a live block's span is a guard page
+ * (PROT_NONE), lifted again when the span goes back to the cache or is
+ * resized, since cached spans are split and merged. */
+static void guard_set(const void *p, bool on) {
+#ifdef HAKMEM_SECURE
+  span_t *s = span_at(p, SPAN_USED);
+  if (s != NULL) (void)mprotect(s->base + s->len - HM_GUARD_SIZE, HM_GUARD_SIZE, on ? PROT_NONE : PROT_READ | PROT_WRITE);
+#else
+  (void)p;
+  (void)on;
+#endif
+}
+
 /* Statistics of a large block handed out (sign +1) or taken back (-1):
  * a block's usable and mapped bytes are its span's length. */
 static void count_block(int sign, const void *p) {
@@ -558,6 +589,7 @@ void *hm_large_alloc(size_t n, size_t align) {
   bool fresh;
   void *p = ace_alloc(n, align, &fresh);
   if (p != NULL) count_block(1, p);
+  if (p != NULL) guard_set(p, true);
   return p;
 }
 
@@ -568,6 +600,7 @@ void *hm_large_calloc(size_t n) {
   void *p = ace_alloc(n, 0, &fresh);
   if (p != NULL && !fresh) memset(p, 0, n); /* fresh mappings are zero */
   if (p != NULL) count_block(1, p);
+  if (p != NULL) guard_set(p, true);
   return p;
 }
 
@@ -575,6 +608,7 @@ static void large_free(void *p);
 
 void hm_large_free(void *p) {
   count_block(-1, p);
+  guard_set(p, false);
   large_free(p);
 }
 
@@ -586,8 +620,11 @@ static void large_free(void *p) {
   if (s == NULL) {
     bool twice = span_at(p, SPAN_CACHED) != NULL;
     pthread_mutex_unlock(&ace_lock);
-    if (twice) hm_fatal("double free", p, "large block already freed");
-    hm_fatal("invalid free", p, "not the start of a large block");
+    if (twice)
+      hm_report_double(p, HM_OP_FREE, "large block already freed");
+    else
+      hm_report_invalid(p, HM_OP_FREE, "inside a large block, not its start");
+    return; /* HAKMEM_ON_ERROR=warn: left alone */
   }
   cache_decay(now);
   cache_put(s, now, false, &list);
@@ -598,8 +635,14 @@ static void large_free(void *p) {
 
 size_t hm_large_usable(const void *p) {
   span_t *s = span_at(p, SPAN_USED);
-  if (s == NULL) hm_fatal("invalid pointer", p, "not the start of a large block");
-  return s->len;
+  return s != NULL ? s->len - HM_GUARD_SIZE : 0;
+}
+
+bool hm_large_is_freed(const void *p) {
+  pthread_mutex_lock(&ace_lock);
+  bool freed = span_at(p, SPAN_CACHED) != NULL;
+  pthread_mutex_unlock(&ace_lock);
+  return freed;
 }
 
 size_t hm_large_release(uint64_t min_idle_ns) {
@@ -713,7 +756,16 @@ static void *large_grow(span_t *s, size_t n, size_t len) {
   return r;
 }
 
+static void *large_realloc(void *p, size_t n);
+
 void *hm_large_realloc(void *p, size_t n) {
+  guard_set(p, false);
+  void *q = large_realloc(p, n);
+  guard_set(q != NULL ? q : p, true); /* (no-op if the block went to the Pool) */
+  return q;
+}
+
+static void *large_realloc(void *p, size_t n) {
   span_t *s = span_at(p, SPAN_USED);
   if (s == NULL) hm_fatal("invalid realloc", p, "not the start of a large block");
   if (n <= SMALL_MAX) {
@@ -729,8 +781,8 @@ void *hm_large_realloc(void *p, size_t n) {
     hm_large_free(p);
     return q;
   }
-  if (n > ACE_LIMIT - PAGE_SIZE_) return fail("Threshold", n, 0, ENOMEM);
-  size_t len = span_len_for(n);
+  if (n > ACE_LIMIT - PAGE_SIZE_ - HM_GUARD_SIZE) return fail("Threshold", n, 0, ENOMEM);
+  size_t len = span_len_for(n + HM_GUARD_SIZE);
   if (len != s->len) count_block(-1, p); /* (a resize counts as a free and an allocation) */
   if (len > s->len) {
     void *q = large_grow(s, n, len);

@@ -19,35 +19,31 @@ void hm_free_slow(void *p) {
     return;
   }
   hm_ensure_init();
-  if (hm_force_libc) {
+  if (k == REG_NONE && hm_force_libc) {
     __libc_free(p);
     return;
   }
-  hm_fatal("invalid free", p, "not allocated by hakmem");
-}
-
-/* Usable size of a hakmem block; 0 for a pointer hakmem does not know. */
-static size_t usable_size(void *p) {
-  unsigned k = hm_reg_kind((uintptr_t)p);
-  if (k == REG_SS) return hm_slab_of(hm_ss_of(p), p)->block_size;
-  if (k == REG_LARGE_HEAD || k == REG_LARGE_TAIL) return hm_large_usable(p);
-  return 0;
+  hm_usable_checked(p, HM_OP_FREE); /* reports it */
 }
 
 static void *libc_symbol(const char *name) {
   return dlsym(RTLD_NEXT, name);
 }
 
+/* HAKMEM_FORCE_LIBC_ALLOC=1 and p is not hakmem's: a libc block. */
+static bool is_libc_block(const void *p) {
+  if (hm_reg_kind((uintptr_t)p) != REG_NONE) return false;
+  hm_ensure_init();
+  return hm_force_libc != 0;
+}
+
 size_t hak_malloc_usable_size(void *p) {
   if (p == NULL) return 0;
-  size_t u = usable_size(p);
-  if (u != 0) return u;
-  hm_ensure_init();
-  if (hm_force_libc) {
+  if (is_libc_block(p)) {
     size_t (*libc_usable)(void *) = (size_t (*)(void *))libc_symbol("malloc_usable_size");
     return libc_usable != NULL ? libc_usable(p) : 0;
   }
-  hm_fatal("invalid pointer", p, "malloc_usable_size of memory not allocated by hakmem");
+  return hm_usable_checked(p, HM_OP_USABLE); /* 0 after a report (HAKMEM_ON_ERROR=warn) */
 }
 
 void *hak_calloc(size_t nmemb, size_t size) {
@@ -70,14 +66,14 @@ void *hak_realloc(void *p, size_t n) {
     hm_free(p);
     return NULL;
   }
+  if (is_libc_block(p)) return __libc_realloc(p, n);
+  size_t old = hm_usable_checked(p, HM_OP_REALLOC);
+  if (old == 0) { /* reported, and HAKMEM_ON_ERROR=warn: p is left alone */
+    errno = EINVAL;
+    return NULL;
+  }
   unsigned k = hm_reg_kind((uintptr_t)p);
   if (k == REG_LARGE_HEAD || k == REG_LARGE_TAIL) return hm_large_realloc(p, n);
-  size_t old = usable_size(p);
-  if (old == 0) {
-    hm_ensure_init();
-    if (hm_force_libc) return __libc_realloc(p, n);
-    hm_fatal("invalid realloc", p, "not allocated by hakmem");
-  }
   /* Keep the block when it fits and would not waste more than half. */
   if (n <= old && (old <= 256 || n >= old / 2)) return p;
   void *q = hm_malloc(n);

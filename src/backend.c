@@ -89,7 +89,7 @@ static size_t release_cached_locked(void) {
     size_t k = adjacent_run(cache + i, cache_n - i);
     size_t was_purged = 0;
     for (size_t j = i; j < i + k; j++) {
-      hm_registry[(uintptr_t)cache[j].ss >> SS_SHIFT] = REG_NONE;
+      hm_reg_set((uintptr_t)cache[j].ss, REG_NONE);
       was_purged += cache[j].purged;
     }
     hm_os_unmap(cache[i].ss, k * SS_SIZE);
@@ -203,7 +203,7 @@ superslab_t *hm_backend_ss_alloc(void) {
     if (cache_clean > cache_n) cache_clean = cache_n;
     atomic_fetch_sub_explicit(&cache_resident, SS_SIZE - e.purged, memory_order_relaxed);
     ss = e.ss;
-    hm_registry[(uintptr_t)ss >> SS_SHIFT] = REG_SS;
+    hm_reg_set((uintptr_t)ss, REG_SS);
     pthread_mutex_unlock(&backend_lock);
     if (e.purged == SS_SIZE) hm_purge_regret(e.since_ns, hm_now_ns());
     /* what was given back is counted as committed again once handed out */
@@ -232,7 +232,7 @@ superslab_t *hm_backend_ss_alloc(void) {
     if ((uintptr_t)ss > ss_hi) ss_hi = (uintptr_t)ss;
     atomic_store_explicit(&region_left, (size_t)(region_end - region_cur), memory_order_relaxed);
     /* registered only once carved: an uncarved chunk has no header yet */
-    hm_registry[(uintptr_t)ss >> SS_SHIFT] = REG_SS;
+    hm_reg_set((uintptr_t)ss, REG_SS);
     atomic_fetch_add_explicit(&n_ss_alloc, 1, memory_order_relaxed);
   }
   pthread_mutex_unlock(&backend_lock);
@@ -258,7 +258,7 @@ void hm_backend_ss_free(superslab_t *ss) {
   atomic_fetch_add_explicit(&n_ss_free, 1, memory_order_relaxed);
   pthread_mutex_lock(&backend_lock);
   if (!cache_reserve_locked()) {
-    hm_registry[(uintptr_t)ss >> SS_SHIFT] = REG_NONE;
+    hm_reg_set((uintptr_t)ss, REG_NONE);
     hm_os_unmap(ss, SS_SIZE);
     pthread_mutex_unlock(&backend_lock);
     hm_os_purged_sub(was_purged);
@@ -266,7 +266,7 @@ void hm_backend_ss_free(superslab_t *ss) {
   }
   cache[cache_n++] = (cached_t){ss, now, was_purged};
   atomic_fetch_add_explicit(&cache_resident, SS_SIZE - was_purged, memory_order_relaxed);
-  hm_registry[(uintptr_t)ss >> SS_SHIFT] = REG_SS_CACHED;
+  hm_reg_set((uintptr_t)ss, REG_SS_CACHED);
   pthread_mutex_unlock(&backend_lock);
   if (hm_purge_mode == PURGE_EAGER) {
     uint64_t next = UINT64_MAX;
@@ -319,7 +319,7 @@ size_t hm_backend_purge_cached(uint64_t now, uint64_t delay_ns, size_t budget, u
   for (size_t j = 0; j < k; j++) {
     if (!cache_reserve_locked()) { /* no metadata: give the rest back whole */
       for (; j < k; j++) {
-        hm_registry[(uintptr_t)batch[j].ss >> SS_SHIFT] = REG_NONE;
+        hm_reg_set((uintptr_t)batch[j].ss, REG_NONE);
         hm_os_unmap(batch[j].ss, SS_SIZE);
         hm_os_purged_sub(SS_SIZE);
       }
@@ -339,7 +339,7 @@ void hm_backend_for_each_ss(bool (*fn)(superslab_t *ss, void *arg), void *arg) {
   for (size_t r = 0; r < region_n; r++) {
     for (size_t off = 0; off < regions[r].len; off += SS_SIZE) {
       char *c = regions[r].base + off;
-      if (hm_registry[(uintptr_t)c >> SS_SHIFT] != REG_SS) continue;
+      if (__atomic_load_n(&hm_registry[(uintptr_t)c >> SS_SHIFT], __ATOMIC_RELAXED) != REG_SS) continue;
       if (!fn((superslab_t *)c, arg)) goto out;
     }
   }

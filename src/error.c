@@ -1,5 +1,6 @@
-/* Fatal errors: one line on stderr, then abort. Never allocates: the heap may
- * be what is broken. */
+/* Errors: one line on stderr, then abort (or, for misuse under
+ * HAKMEM_ON_ERROR=warn, return). Never allocates: the heap may be what is
+ * broken. */
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -48,7 +49,7 @@ static void format_hex(char *out, uintptr_t v) {
   *out = '\0';
 }
 
-void hm_fatal(const char *what, const void *p, const char *reason) {
+static void write_error(const char *what, const void *p, const char *reason) {
   char hex[2 + 2 * sizeof(uintptr_t) + 1];
   hm_write_str("hakmem: error: ");
   hm_write_str(what);
@@ -63,5 +64,17 @@ void hm_fatal(const char *what, const void *p, const char *reason) {
     hm_write_str(")");
   }
   hm_write_str("\n");
+}
+
+void hm_fatal(const char *what, const void *p, const char *reason) {
+  write_error(what, p, reason);
   abort();
+}
+
+/* A misuse the allocator survives by not touching the block (invalid or
+ * double free): HAKMEM_ON_ERROR=warn prints and returns, abort aborts. */
+void hm_misuse(const char *what, const void *p, const char *reason) {
+  hm_ensure_init();
+  write_error(what, p, reason);
+  if (hm_opt[HM_OPT_ON_ERROR] != HM_ON_ERROR_WARN) abort();
 }

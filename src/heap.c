@@ -105,7 +105,7 @@ static uint32_t ss_all_mask(const superslab_t *ss) {
 #ifdef HAKMEM_DEBUG
 void hm_check_block(const slab_t *s, const void *p) {
   if (s->in_use == SLAB_FOREIGN) s = hm_slab_of(hm_ss_of(p), p);
-  uintptr_t a = (uintptr_t)p, st = (uintptr_t)s->start;
+  uintptr_t a = (uintptr_t)p, st = (uintptr_t)hm_slab_start(s);
   HM_ASSERT(s->in_use != SLAB_UNUSED);
   HM_ASSERT(a >= st && a < st + (uintptr_t)s->carved * s->block_size);
   HM_ASSERT((a - st) % s->block_size == 0);
@@ -113,7 +113,7 @@ void hm_check_block(const slab_t *s, const void *p) {
 
 static uint32_t check_list(const slab_t *s, const block_t *b) {
   uint32_t n = 0;
-  for (; b != NULL; b = b->next) {
+  for (; b != NULL; b = hm_next_get(s, b)) {
     hm_check_block(s, b);
     HM_ASSERT(++n <= s->carved);
   }
@@ -136,6 +136,21 @@ void hm_check_slab(const slab_t *s) {
 
 /* ---- slabs ------------------------------------------------------------- */
 
+/* Class, block size and the constants of the division-free block check
+ * (hm_slab_holds): block_size = m << k with m odd; m^-1 mod 2^32 by Newton's
+ * iteration (m * m == 1 mod 8: 3 bits, doubling each step). */
+static void slab_set_class(slab_t *s, unsigned cls) {
+  uint32_t d = hm_class_size[cls];
+  unsigned k = (unsigned)__builtin_ctz(d);
+  uint32_t m = d >> k, inv = m;
+  for (int i = 0; i < 4; i++) inv *= 2u - m * inv;
+  HM_ASSERT(m * inv == 1u && k >= 4);
+  s->cls = (uint8_t)cls;
+  s->block_size = d;
+  s->div_inv = inv;
+  s->div_shift = (uint8_t)k;
+}
+
 static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
   /* a slab still resident before one given back to the OS */
   uint32_t resident = ss->free_mask & atomic_load_explicit(&ss->dirty, memory_order_relaxed);
@@ -150,17 +165,21 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
     start += SS_HEADER_SIZE;
     bytes -= SS_HEADER_SIZE;
   }
+  if (i == ss->nslabs - 1u) bytes -= HM_GUARD_SIZE; /* secure: the SuperSlab's guard page */
   s->free = s->local_free = NULL;
   atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
   s->used = 0;
-  s->block_size = hm_class_size[cls];
+  slab_set_class(s, cls);
   s->capacity = (uint16_t)(bytes / s->block_size);
-  s->carved = 0;
-  s->cls = (uint8_t)cls;
+  hm_slab_set_carved(s, 0);
+  s->flags = 0;
   ss->slab_cls[i] = (uint8_t)cls;
   s->in_use = SLAB_ACTIVE;
-  s->start = start;
+  s->start_off = (uint32_t)(start - (char *)ss);
   s->next = s->prev = NULL;
+#ifdef HAKMEM_SECURE
+  s->key = (uintptr_t)hm_random_fast(); /* the slab's lists are empty: a new key is safe */
+#endif
   return s;
 }
 
@@ -174,6 +193,7 @@ static bool slab_release(heap_t *h, slab_t *s) {
   if (s->in_use == SLAB_LISTED) avail_unlink(h, s);
   s->in_use = SLAB_UNUSED;
   HM_ASSERT(!(s->flags & SLAB_FULL));
+  hm_slab_set_carved(s, 0); /* a free into an unused slab is invalid */
   atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
   bool had_none = ss->free_mask == 0;
   ss->free_mask |= 1u << s->index;
@@ -195,30 +215,47 @@ static void slab_collect_remote(slab_t *s) {
   block_t *list = (block_t *)(r & ~REMOTE_NOTIFY);
   if (list == NULL) return;
   uint32_t n = 1;
-  block_t *tail = list;
-  while (tail->next != NULL) {
-    tail = tail->next;
-    n++;
+  block_t *tail = list, *next;
+  while ((next = hm_next_get(s, tail)) != NULL) {
+    tail = next;
+    if (unlikely(++n > s->capacity)) hm_fatal("heap corruption", s, "a cycle in a slab's remote free list");
   }
   HM_ASSERT(n <= s->used);
-  tail->next = s->free;
+  hm_next_set(s, tail, s->free);
   s->free = list;
   s->used -= n;
 }
 
 /* Carve HAKMEM_CARVE_BYTES' worth (at least 4 blocks) of fresh blocks:
- * memory is touched only as it is needed. */
+ * memory is touched only as it is needed. Each gets the free tag (and in
+ * secure mode the fill pattern), and secure mode links them in random order
+ * (at most a page's worth at a time). */
 static void slab_carve(slab_t *s) {
   uint32_t bs = s->block_size;
   uint32_t n = s->capacity - s->carved;
   uint32_t bytes = (uint32_t)hm_opt[HM_OPT_CARVE_BYTES];
   uint32_t want = bytes / bs < 4 ? 4 : bytes / bs;
   if (n > want) n = want;
-  char *p = s->start + (size_t)s->carved * bs;
-  for (uint32_t i = 0; i + 1 < n; i++) ((block_t *)(p + (size_t)i * bs))->next = (block_t *)(p + (size_t)(i + 1) * bs);
-  ((block_t *)(p + (size_t)(n - 1) * bs))->next = s->free;
-  s->free = (block_t *)p;
-  s->carved = (uint16_t)(s->carved + n);
+  char *p = hm_slab_start(s) + (size_t)s->carved * bs;
+  block_t *list = s->free;
+#ifdef HAKMEM_SECURE
+  if (n > PAGE_SIZE_ / 16) n = PAGE_SIZE_ / 16;
+  uint32_t order[PAGE_SIZE_ / 16];
+  for (uint32_t i = 0; i < n; i++) order[i] = i;
+  hm_secure_shuffle(order, n);
+#define CARVE_AT(i) order[i]
+#else
+#define CARVE_AT(i) (i)
+#endif
+  for (uint32_t i = n; i-- > 0;) {
+    block_t *b = (block_t *)(p + (size_t)CARVE_AT(i) * bs);
+    hm_block_tag_free(s, b);
+    hm_next_set(s, b, list);
+    list = b;
+  }
+#undef CARVE_AT
+  s->free = list;
+  hm_slab_set_carved(s, s->carved + n);
   hm_stats_carved(s->cls, n);
 }
 
@@ -279,8 +316,15 @@ static void ss_setup(heap_t *h, superslab_t *ss, unsigned kind) {
   atomic_store_explicit(&ss->pending, 0, memory_order_relaxed);
   for (unsigned i = 0; i < ss->nslabs; i++) {
     ss->slabs[i].in_use = SLAB_UNUSED;
+    hm_slab_set_carved(&ss->slabs[i], 0);
     ss->slabs[i].index = (uint8_t)i;
   }
+#ifdef HAKMEM_SECURE
+  if (!ss->guarded) { /* kept while the SuperSlab stays mapped */
+    hm_secure_guard((char *)ss + SS_SIZE - HM_GUARD_SIZE);
+    ss->guarded = 1;
+  }
+#endif
   atomic_store(&ss->owner, h);
   all_push(h, ss);
   partial_push(h, ss);
@@ -414,7 +458,7 @@ static void *foreign_pop(heap_t *h, unsigned c) {
   f->free = b->next;
   f->used++;
   heap_set_cur(h, c, f);
-  return b;
+  return hm_block_handout(f, b);
 }
 
 static void *heap_alloc(heap_t *h, unsigned c) {
@@ -428,10 +472,13 @@ static void *heap_alloc(heap_t *h, unsigned c) {
       hm_check_slab(s);
       if (slab_refill(s)) {
         block_t *b = s->free;
-        s->free = b->next;
+#ifdef HAKMEM_SECURE
+        if (unlikely(!hm_head_ok(s, b))) hm_corrupt_list(s, b);
+#endif
+        s->free = hm_next_decode(s, b);
         s->used++;
         HM_STAT_ADD(h, alloc[c], 1);
-        return b;
+        return hm_block_handout(s, b);
       }
       if (!slab_try_mark_full(s)) continue;
       heap_set_cur(h, c, &hm_empty_slab);
@@ -554,7 +601,7 @@ void hm_free_local_slow(heap_t *h, slab_t *s) {
 static void remote_push(superslab_t *ss, slab_t *s, block_t *head, block_t *tail) {
   uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed);
   do {
-    tail->next = (block_t *)(old & ~REMOTE_NOTIFY);
+    hm_next_set(s, tail, (block_t *)(old & ~REMOTE_NOTIFY));
   } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, (uintptr_t)head,
                                                   memory_order_release, memory_order_relaxed));
   if (unlikely(old & REMOTE_NOTIFY)) {
@@ -586,6 +633,17 @@ static uint32_t foreign_send_back(block_t *b) {
  * heap's foreign cache; past the cache's budget, send the cached blocks
  * not yet in use back to their owners. */
 void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
+#ifdef HAKMEM_SECURE
+  /* Secure mode keeps no foreign cache: its lists would mix blocks whose
+   * links are encoded with different slabs' keys. */
+  slab_t *s = hm_slab_of(ss, b);
+  if (h != &hm_empty_heap) HM_STAT_ADD(h, free_remote[s->cls], 1);
+#ifdef HAKMEM_STATS
+  else hm_stats_free_without_heap(s->cls);
+#endif
+  remote_push(ss, s, b, b);
+  return;
+#endif
   if (unlikely(h == &hm_empty_heap) && (h = heap_for_thread()) == NULL) {
 #ifdef HAKMEM_STATS
     hm_stats_free_without_heap(hm_slab_of(ss, b)->cls);
@@ -623,12 +681,26 @@ void hm_heap_flush_foreign(heap_t *h) {
 void hm_heap_thread_exit(heap_t *h) {
   hm_heap_flush_foreign(h);
   hm_tls_heap = &hm_empty_heap;
-  for (unsigned c = 0; c < NUM_CLASSES; c++) heap_set_cur(h, c, &hm_empty_slab);
+  for (unsigned c = 0; c < NUM_CLASSES; c++) {
+    heap_set_cur(h, c, &hm_empty_slab);
+    h->avail[c] = h->avail_tail[c] = NULL;
+  }
+  /* The avail lists link slabs of different SuperSlabs: every slab leaves
+   * them before any SuperSlab is abandoned, or unlinking a slab later would
+   * write into a slab another thread may have adopted (found by TSan). */
+  for (superslab_t *ss = h->all; ss != NULL; ss = ss->all_next)
+    for (unsigned i = 0; i < ss->nslabs; i++) {
+      slab_t *s = &ss->slabs[i];
+      if (s->in_use == SLAB_UNUSED) continue;
+      s->in_use = SLAB_ACTIVE;
+      s->next = s->prev = NULL;
+    }
   superslab_t *next;
   for (superslab_t *ss = h->all; ss != NULL; ss = next) {
     next = ss->all_next;
     bool gone = false;
-    for (unsigned i = 0; i < ss->nslabs && !gone; i++) {
+    /* !gone first: once released, the SuperSlab may be another thread's */
+    for (unsigned i = 0; !gone && i < ss->nslabs; i++) {
       slab_t *s = &ss->slabs[i];
       if (s->in_use == SLAB_UNUSED) continue;
       slab_unfull(s, 0);
@@ -636,12 +708,6 @@ void hm_heap_thread_exit(heap_t *h) {
       if (s->used == 0) gone = slab_release(h, s);
     }
     if (gone) continue;
-    for (unsigned i = 0; i < ss->nslabs; i++) {
-      slab_t *s = &ss->slabs[i];
-      if (s->in_use == SLAB_UNUSED) continue;
-      s->in_use = SLAB_ACTIVE;
-      s->next = s->prev = NULL;
-    }
     if (ss->on_partial) partial_unlink(h, ss);
     all_unlink(h, ss);
     atomic_store(&ss->owner, NULL);
@@ -674,6 +740,7 @@ void hm_heap_reclaim_abandoned(void) {
         if (s->used == 0) {
           hm_stats_released(s->cls, s->carved);
           s->in_use = SLAB_UNUSED;
+          hm_slab_set_carved(s, 0);
           emptied |= 1u << i;
         }
       }

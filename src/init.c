@@ -37,6 +37,7 @@ void hm_init_slow(void) {
     hm_options_init();
     if (hm_opt[HM_OPT_VERBOSE]) hm_options_print_config();
     hm_force_libc = (int)hm_opt[HM_OPT_FORCE_LIBC_ALLOC];
+    hm_misuse_init();
     hm_purge_init();
     hm_heap_process_init();
     atomic_store_explicit(&hm_init_state, 2, memory_order_release);

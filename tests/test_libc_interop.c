@@ -233,8 +233,8 @@ static void t_scandir(unsigned id) {
     for (int i = 0; i < n; i++) {
       if (!strncmp(list[i]->d_name, prefix, strlen(prefix))) mine++;
       if (i > 0) CHECK(strcmp(list[i - 1]->d_name, list[i]->d_name) <= 0, "alphasort order");
-      free(list[i]);
     }
+    for (int i = 0; i < n; i++) free(list[i]); /* not inside the loop above: it reads list[i - 1] */
     free(list);
     CHECK(mine == 100, "scandir: %d of my 100 files", mine);
   }

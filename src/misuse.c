@@ -1,0 +1,129 @@
+/* Misuse detection: invalid and double frees (docs/SECURITY.md).
+ *
+ * The fast path of free (internal.h, hm_block_mark_free) only checks that p
+ * is a carved block boundary of its slab and that the block's second word
+ * does not hold the free tag. Whatever fails that comes here, as do realloc
+ * and malloc_usable_size, which check the same before using a block:
+ *   - not a block: "invalid free of 0x... (why)", with the reason;
+ *   - tagged: a double free, unless a scan of the slab's free lists shows
+ *     that the program merely stored the tag's value there (the owner only:
+ *     no other thread may walk those lists; for others the tag decides, and a
+ *     program cannot hit a random 64-bit value by chance).
+ * Reports go through hm_misuse: abort, or print and leave the block alone
+ * under HAKMEM_ON_ERROR=warn. */
+#include "internal.h"
+
+uintptr_t hm_free_tag;
+
+/* At start-up, before any block exists. */
+void hm_misuse_init(void) {
+  hm_free_tag = (uintptr_t)hm_random_u64() | 1;
+#ifdef HAKMEM_SECURE
+  hm_fill_lane = _mm_set1_epi64x((long long)hm_free_tag);
+#endif
+}
+
+static const char *const op_prefix[] = {"", "realloc: ", "malloc_usable_size: "};
+
+/* Copies src after dst's text, within cap bytes. */
+static void append(char *dst, size_t cap, const char *src) {
+  size_t n = strlen(dst);
+  while (*src != '\0' && n + 1 < cap) dst[n++] = *src++;
+  dst[n] = '\0';
+}
+
+static void report(const char *what, const void *p, int op, const char *reason) {
+  char buf[160] = "";
+  append(buf, sizeof buf, op_prefix[op]);
+  append(buf, sizeof buf, reason);
+  hm_misuse(what, p, buf);
+}
+
+void hm_report_invalid(const void *p, int op, const char *reason) { report("invalid free", p, op, reason); }
+void hm_report_double(const void *p, int op, const char *reason) { report("double free", p, op, reason); }
+
+/* Why p, in slab s's SuperSlab, is not a block hakmem handed out. */
+static const char *ss_reason(const slab_t *s, const void *p, char *buf, size_t cap) {
+  uintptr_t start = (uintptr_t)hm_slab_start(s), a = (uintptr_t)p;
+  unsigned carved = __atomic_load_n(&s->carved, __ATOMIC_RELAXED);
+  if (carved == 0 || a < start) return "not a block: free space or metadata in a hakmem SuperSlab";
+  uintptr_t off = (a - start) % s->block_size, idx = (a - start) / s->block_size;
+  if (idx >= carved) return "not a block hakmem handed out";
+  char num[24];
+  buf[0] = '\0';
+  append(buf, cap, (a & 15) != 0 ? "unaligned pointer: byte " : "interior pointer: byte ");
+  hm_format_dec(num, (long)off);
+  append(buf, cap, num);
+  append(buf, cap, " of a ");
+  hm_format_dec(num, (long)s->block_size);
+  append(buf, cap, num);
+  append(buf, cap, "-byte block");
+  return buf;
+}
+
+/* Is p on the list? Bounded: a corrupt list ends the walk. */
+static bool on_list(const slab_t *s, const block_t *b, const void *p) {
+  for (unsigned n = 0; b != NULL && n <= s->capacity; n++, b = hm_next_get(s, b))
+    if (b == p) return true;
+  return false;
+}
+
+/* p holds the free tag: is it really on a free list of s? */
+static bool tagged_block_is_free(superslab_t *ss, slab_t *s, const void *p) {
+  if (atomic_load_explicit(&ss->owner, memory_order_relaxed) != hm_tls_heap) return true;
+  /* The remote list only grows at its head while we (the only thread that
+   * takes from it) hold a snapshot, so walking the snapshot is safe. */
+  const block_t *r = (const block_t *)(atomic_load_explicit(&s->remote, memory_order_acquire) & ~REMOTE_NOTIFY);
+  return on_list(s, s->free, p) || on_list(s, s->local_free, p) || on_list(s, r, p);
+}
+
+/* p in a SuperSlab chunk: true if it is a live block; else reported. */
+static bool ss_block_live(void *p, int op) {
+  superslab_t *ss = hm_ss_of(p);
+  slab_t *s = hm_slab_of(ss, p);
+  char buf[96];
+  if (!hm_slab_holds(s, p)) {
+    hm_report_invalid(p, op, ss_reason(s, p, buf, sizeof buf));
+    return false;
+  }
+  if (((uintptr_t *)p)[1] == hm_free_tag && tagged_block_is_free(ss, s, p)) {
+    hm_report_double(p, op, "block already free");
+    return false;
+  }
+  return true;
+}
+
+/* The fast path of free found p suspect. */
+void hm_free_suspect(void *p) {
+  if (!ss_block_live(p, HM_OP_FREE)) return;
+  /* a live block whose second word held the tag's value: free it */
+  superslab_t *ss = hm_ss_of(p);
+  slab_t *s = hm_slab_of(ss, p);
+  hm_block_tag_free(s, p);
+  hm_free_push(ss, s, (block_t *)p);
+}
+
+/* Usable size of p for realloc / malloc_usable_size / free of a pointer
+ * the fast path did not take; 0 after reporting a pointer that is not a
+ * live hakmem block (NULL and libc blocks are the caller's business). */
+size_t hm_usable_checked(void *p, int op) {
+  switch (hm_reg_kind((uintptr_t)p)) {
+    case REG_SS:
+      return ss_block_live(p, op) ? hm_slab_of(hm_ss_of(p), p)->block_size : 0;
+    case REG_LARGE_HEAD:
+    case REG_LARGE_TAIL: {
+      size_t u = hm_large_usable(p);
+      if (u == 0 && hm_large_is_freed(p))
+        hm_report_double(p, op, "large block already freed");
+      else if (u == 0)
+        hm_report_invalid(p, op, "inside a large block, not its start");
+      return u;
+    }
+    case REG_LARGE_FREED:
+      hm_report_double(p, op, "large block already freed");
+      return 0;
+    default:
+      hm_report_invalid(p, op, "not allocated by hakmem");
+      return 0;
+  }
+}

@@ -1,0 +1,554 @@
+/* Misuse is detected and stopped (docs/SECURITY.md).
+ *
+ * Every case runs in a child process (this binary re-executed with
+ * `child CASE`), which prints "PTR 0x..." for the pointer it is about to
+ * misuse and then misuses it. Asserted, per case:
+ *   - HAKMEM_ON_ERROR unset (abort): the child dies of SIGABRT and its stderr
+ *     is exactly the one line "hakmem: error: WHAT of PTR (REASON)";
+ *   - HAKMEM_ON_ERROR=warn: the same line, then the child goes on: the block
+ *     was left alone (a rejected double free does not put a block on a free
+ *     list twice: no two live blocks are the same), realloc returned NULL
+ *     with EINVAL, malloc_usable_size 0, and the heap still works;
+ *   - secure builds (HAKMEM_SECURE): writes into freed blocks and guard pages
+ *     are caught (abort or SIGSEGV), and fresh slabs hand out blocks in a
+ *     random order.
+ *   test_misuse            all cases, both modes
+ *   test_misuse child CASE one case (used by the above) */
+#define _GNU_SOURCE
+#include "test_common.h"
+
+#include <fcntl.h>
+#include <malloc.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+#include "hakmem.h"
+
+#define LARGE ((size_t)1 << 20)
+
+static int warn_mode;
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...) {
+  char buf[256];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (write(1, buf, (size_t)n) != n) _exit(3);
+}
+
+/* The pointer about to be misused, for the parent to find in the message. */
+static void *announce(void *p) {
+  say("PTR %p\n", p);
+  return tc_escape(p);
+}
+
+/* After a rejected double free of a block of size n (warn mode): had the
+ * block gone on a free list twice, two of these would be the same block. */
+static void no_block_twice(size_t n) {
+  enum { K = 512 };
+  static void *v[K];
+  for (int i = 0; i < K; i++) {
+    v[i] = malloc(n);
+    CHECK(v[i] != NULL, "malloc(%zu)", n);
+    memset(v[i], 0x5a, n < 64 ? n : 64);
+  }
+  for (int i = 0; i < K; i++)
+    for (int j = 0; j < i; j++) CHECK(v[i] != v[j], "block %p handed out twice after a rejected double free", v[i]);
+  for (int i = 0; i < K; i++) free(v[i]);
+}
+
+static void heap_still_works(void) {
+  static const size_t sizes[] = {1, 16, 100, 1000, 5000, 70000, 300000, 3u << 20};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    char *p = malloc(sizes[i]);
+    CHECK(p != NULL, "malloc(%zu) after the misuse", sizes[i]);
+    tc_fill(p, sizes[i], i);
+    CHECK_PATTERN(p, sizes[i], i, "after the misuse");
+    free(p);
+  }
+}
+
+/* ---- invalid pointers -------------------------------------------------- */
+static int global_var[16];
+
+static void c_stack(void) {
+  int local[4] = {0};
+  free(announce(local));
+}
+static void c_global(void) { free(announce(&global_var[2])); }
+static void c_own_mmap(void) {
+  char *m = mmap(NULL, 1 << 16, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(m != MAP_FAILED, "mmap");
+  free(announce(m + 4096));
+}
+static void c_wild(void) { free(announce((void *)(uintptr_t)0x123456789a0ull)); }
+static void c_wild_high(void) { free(announce((void *)(uintptr_t)0xfff0000000001000ull)); }
+
+static char *live_block(size_t n) {
+  char *p = malloc(n);
+  CHECK(p != NULL, "malloc(%zu)", n);
+  tc_fill(p, n, n);
+  return p;
+}
+/* warn mode: the block the bad pointer pointed into is intact and frees */
+static void block_left_alone(char *p, size_t n) {
+  CHECK_PATTERN(p, n, n, "block after a rejected free of a pointer into it");
+  free(p);
+}
+#define INTERIOR_CASE(fn, n, off)            \
+  static void fn(void) {                     \
+    char *p = live_block(n);                 \
+    free(announce(p + (off)));               \
+    block_left_alone(p, n);                  \
+  }
+INTERIOR_CASE(c_interior_tiny, 64, 16)
+INTERIOR_CASE(c_unaligned_tiny, 64, 1)
+INTERIOR_CASE(c_interior_mid, 20000, 4096)
+INTERIOR_CASE(c_interior_big, 200000, 65536)
+INTERIOR_CASE(c_interior_large, LARGE, 4096)
+INTERIOR_CASE(c_interior_large_tail, 5 * LARGE, 3 * LARGE)
+
+/* blocks hakmem never handed out: past the carved part of a slab, and in
+ * a SuperSlab's header */
+static void c_uncarved(void) {
+  char *p = live_block(64);
+  free(announce(p + 64 * 600));
+  block_left_alone(p, 64);
+}
+static void c_superslab_header(void) {
+  char *p = live_block(64);
+  free(announce((char *)((uintptr_t)p & ~(uintptr_t)((2u << 20) - 1)) + 128));
+  block_left_alone(p, 64);
+}
+
+static void c_realloc_stack(void) {
+  int local[4] = {0};
+  errno = 0;
+  void *r = realloc(announce(local), 100);
+  CHECK(r == NULL && errno == EINVAL, "realloc of a bad pointer in warn mode: %p, errno %d", r, errno);
+}
+static void c_realloc_interior(void) {
+  char *p = live_block(100);
+  errno = 0;
+  void *r = realloc(announce(p + 32), 200);
+  CHECK(r == NULL && errno == EINVAL, "realloc of a bad pointer in warn mode: %p, errno %d", r, errno);
+  block_left_alone(p, 100);
+}
+static void c_usable_stack(void) {
+  int local[4] = {0};
+  CHECK(malloc_usable_size(announce(local)) == 0, "malloc_usable_size of a bad pointer in warn mode");
+}
+static void c_usable_interior_large(void) {
+  char *p = live_block(LARGE);
+  CHECK(malloc_usable_size(announce(p + 100)) == 0, "malloc_usable_size of a bad pointer in warn mode");
+  block_left_alone(p, LARGE);
+}
+
+/* ---- double frees ------------------------------------------------------ */
+#define DOUBLE_CASE(fn, alloc, n)   \
+  static void fn(void) {            \
+    char *a = alloc;                \
+    free(a);                        \
+    free(announce(a));              \
+    no_block_twice(n);              \
+  }
+DOUBLE_CASE(c_double_tiny, malloc(16), 16)
+DOUBLE_CASE(c_double_small, malloc(1000), 1000)
+DOUBLE_CASE(c_double_mid, malloc(20000), 20000)
+DOUBLE_CASE(c_double_big, malloc(200000), 200000)
+DOUBLE_CASE(c_double_large, malloc(LARGE), LARGE)
+DOUBLE_CASE(c_double_calloc, calloc(10, 10), 100)
+DOUBLE_CASE(c_double_memalign, memalign(256, 300), 300)
+DOUBLE_CASE(c_double_large_aligned, memalign(4 * LARGE, 100), 100)
+
+/* other allocations and frees in between, none of them of a's class */
+static void c_double_after_others(void) {
+  char *a = malloc(48);
+  free(a);
+  void *v[200];
+  for (int i = 0; i < 200; i++) v[i] = malloc((size_t)(i % 7) * 100 + 200 + (i & 1) * 5000);
+  for (int i = 0; i < 200; i += 2) free(v[i]);
+  free(announce(a));
+  for (int i = 1; i < 200; i += 2) free(v[i]);
+  no_block_twice(48);
+}
+/* the block was handed out again and freed again: a, then b == a */
+static void c_double_reused(void) {
+  char *a = malloc(48);
+  free(a);
+  char *b = malloc(48);
+  free(b);
+  free(announce(a));
+  no_block_twice(48);
+}
+static void c_double_interleaved(void) {
+  char *a = malloc(32), *b = malloc(32);
+  free(a);
+  free(b);
+  free(announce(a));
+  no_block_twice(32);
+}
+static void c_realloc_freed(void) {
+  char *a = malloc(64);
+  free(a);
+  errno = 0;
+  void *r = realloc(announce(a), 100);
+  CHECK(r == NULL && errno == EINVAL, "realloc of a freed block in warn mode: %p, errno %d", r, errno);
+  no_block_twice(64);
+}
+static void c_realloc_freed_large(void) {
+  char *a = malloc(LARGE);
+  free(a);
+  errno = 0;
+  void *r = realloc(announce(a), 100);
+  CHECK(r == NULL && errno == EINVAL, "realloc of a freed block in warn mode: %p, errno %d", r, errno);
+}
+static void c_usable_freed(void) {
+  char *a = malloc(64);
+  free(a);
+  CHECK(malloc_usable_size(announce(a)) == 0, "malloc_usable_size of a freed block in warn mode");
+}
+
+/* across threads: a is allocated by the main thread (its owner); each of
+ * the two frees is by the owner or by another thread */
+static void *thread_free(void *p) {
+  free(p);
+  return NULL;
+}
+static void *thread_free_announced(void *p) {
+  free(announce(p));
+  return NULL;
+}
+static void free_in_thread(void *(*fn)(void *), void *p) {
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, fn, p) == 0, "pthread_create");
+  pthread_join(t, NULL);
+}
+static void c_double_owner_then_remote(void) {
+  char *a = malloc(80);
+  free(a);
+  free_in_thread(thread_free_announced, a);
+  no_block_twice(80);
+}
+static void c_double_remote_then_owner(void) {
+  char *a = malloc(80);
+  free_in_thread(thread_free, a);
+  free(announce(a));
+  no_block_twice(80);
+}
+static void c_double_remote_twice(void) {
+  char *a = malloc(80);
+  free_in_thread(thread_free, a);
+  free_in_thread(thread_free_announced, a);
+  no_block_twice(80);
+}
+/* a block of an exited thread (its SuperSlab abandoned), freed twice */
+static void *thread_alloc(void *unused) {
+  (void)unused;
+  return malloc(80);
+}
+static void c_double_abandoned(void) {
+  pthread_t t;
+  void *a;
+  CHECK(pthread_create(&t, NULL, thread_alloc, NULL) == 0, "pthread_create");
+  pthread_join(t, &a);
+  free(a);
+  free(announce(a));
+}
+
+/* A live block whose second word holds the free tag's value (read here from
+ * a freed block): not a double free; the owner's list scan tells. */
+static void c_tag_value_in_live_block(void) {
+  uintptr_t *a = malloc(32);
+  free(a);
+  uintptr_t tag = ((volatile uintptr_t *)a)[1]; /* deliberately reads freed memory */
+  uintptr_t *b = malloc(32);
+  b[1] = tag;
+  free(b);
+  no_block_twice(32);
+  say("CONTINUED\n");
+  _exit(0);
+}
+
+#ifdef HAKMEM_SECURE
+/* ---- secure mode ------------------------------------------------------- */
+/* Allocate blocks of a's size until a would be handed out again. */
+static void reach(char *a, size_t n) {
+  announce(a);
+  for (int i = 0; i < 100000; i++)
+    if (malloc(n) == a) FAILF("the modified freed block %p was handed out", (void *)a);
+  FAILF("the freed block %p never came back", (void *)a);
+}
+/* a byte of the fill pattern (bytes 8..HM_FILL_BYTES) */
+#if HM_FILL_BYTES == 16
+#define FILL_PROBE 12
+#elif HM_FILL_BYTES == 32
+#define FILL_PROBE 20
+#else
+#define FILL_PROBE 40
+#endif
+#define STR_(x) #x
+#define STR(x) STR_(x)
+static void c_write_after_free(void) {
+  char *a = malloc(128);
+  free(a);
+  a[FILL_PROBE] = 1;
+  reach(a, 128);
+}
+static void c_write_after_free_tag(void) {
+  char *a = malloc(128);
+  free(a);
+  a[9] = 1; /* the tag word */
+  reach(a, 128);
+}
+/* a's list pointer: the damage is found when the list is followed past a,
+ * and the message names the pointer it decoded to */
+static void c_freelist_overwritten(void) {
+  char *a = malloc(128), *b = malloc(128);
+  free(b);
+  free(a);
+  memcpy(a, &b, sizeof b); /* a plain pointer where an encoded one belongs */
+  announce(a);
+  for (int i = 0; i < 100000; i++) (void)malloc(128);
+  FAILF("the damaged list was never followed");
+}
+static void c_guard_superslab(void) {
+  char *p = malloc(64);
+  volatile char *end = (char *)((uintptr_t)p | ((2u << 20) - 1));
+  announce((void *)end);
+  *end = 1;
+}
+static void c_guard_large(void) {
+  char *p = malloc(LARGE + 5000);
+  size_t u = malloc_usable_size(p);
+  memset(p, 1, u); /* all of the usable size is usable */
+  announce(p + u);
+  ((volatile char *)p)[u] = 1;
+}
+/* In a fresh thread (fresh slabs), 200 blocks of one class: hakmem's plain
+ * build hands them out in address order, secure mode in a random one. */
+static void *order_thread(void *out) {
+  uintptr_t *v = out;
+  for (int i = 0; i < 200; i++) v[i] = (uintptr_t)malloc(208);
+  return NULL;
+}
+static void c_random_order(void) {
+  uintptr_t v[200];
+  free_in_thread(order_thread, v);
+  int ascending = 0;
+  for (int i = 1; i < 200; i++) ascending += v[i] > v[i - 1];
+  CHECK(ascending < 150, "secure mode: %d of 199 consecutive blocks in ascending address order", ascending);
+  for (int i = 0; i < 200; i++) free((void *)v[i]);
+  say("CONTINUED\n");
+  _exit(0);
+}
+#endif
+
+/* ---- the table --------------------------------------------------------- */
+enum { ABORTS, SURVIVES, SEGV };
+struct mcase {
+  const char *name;
+  void (*fn)(void);
+  int expect;          /* ABORTS: misuse; SURVIVES: no report; SEGV: a guard page */
+  const char *what;    /* "invalid free", "double free", ... */
+  const char *reason;  /* exact text in parentheses */
+  int always_aborts;   /* heap corruption: HAKMEM_ON_ERROR=warn does not apply */
+  int other_ptr;       /* the message names a pointer the child cannot know */
+};
+
+static const struct mcase cases[] = {
+    {"stack", c_stack, ABORTS, "invalid free", "not allocated by hakmem", 0, 0},
+    {"global", c_global, ABORTS, "invalid free", "not allocated by hakmem", 0, 0},
+    {"own_mmap", c_own_mmap, ABORTS, "invalid free", "not allocated by hakmem", 0, 0},
+    {"wild", c_wild, ABORTS, "invalid free", "not allocated by hakmem", 0, 0},
+    {"wild_high", c_wild_high, ABORTS, "invalid free", "not allocated by hakmem", 0, 0},
+    {"interior_tiny", c_interior_tiny, ABORTS, "invalid free", "interior pointer: byte 16 of a 64-byte block", 0, 0},
+    {"unaligned_tiny", c_unaligned_tiny, ABORTS, "invalid free", "unaligned pointer: byte 1 of a 64-byte block", 0, 0},
+    {"interior_mid", c_interior_mid, ABORTS, "invalid free", "interior pointer: byte 4096 of a 20480-byte block", 0, 0},
+    {"interior_big", c_interior_big, ABORTS, "invalid free", "interior pointer: byte 65536 of a 212992-byte block",
+     0, 0},
+    {"interior_large", c_interior_large, ABORTS, "invalid free", "inside a large block, not its start", 0, 0},
+    {"interior_large_tail", c_interior_large_tail, ABORTS, "invalid free", "inside a large block, not its start", 0, 0},
+    {"uncarved", c_uncarved, ABORTS, "invalid free", "not a block hakmem handed out", 0, 0},
+    {"superslab_header", c_superslab_header, ABORTS, "invalid free",
+     "not a block: free space or metadata in a hakmem SuperSlab", 0, 0},
+    {"realloc_stack", c_realloc_stack, ABORTS, "invalid free", "realloc: not allocated by hakmem", 0, 0},
+    {"realloc_interior", c_realloc_interior, ABORTS, "invalid free",
+     "realloc: interior pointer: byte 32 of a 112-byte block", 0, 0},
+    {"usable_stack", c_usable_stack, ABORTS, "invalid free", "malloc_usable_size: not allocated by hakmem", 0, 0},
+    {"usable_interior_large", c_usable_interior_large, ABORTS, "invalid free",
+     "malloc_usable_size: inside a large block, not its start", 0, 0},
+    {"double_tiny", c_double_tiny, ABORTS, "double free", "block already free", 0, 0},
+    {"double_small", c_double_small, ABORTS, "double free", "block already free", 0, 0},
+    {"double_mid", c_double_mid, ABORTS, "double free", "block already free", 0, 0},
+    {"double_big", c_double_big, ABORTS, "double free", "block already free", 0, 0},
+    {"double_large", c_double_large, ABORTS, "double free", "large block already freed", 0, 0},
+    {"double_calloc", c_double_calloc, ABORTS, "double free", "block already free", 0, 0},
+    {"double_memalign", c_double_memalign, ABORTS, "double free", "block already free", 0, 0},
+    {"double_large_aligned", c_double_large_aligned, ABORTS, "double free", "large block already freed", 0, 0},
+    {"double_after_others", c_double_after_others, ABORTS, "double free", "block already free", 0, 0},
+    {"double_reused", c_double_reused, ABORTS, "double free", "block already free", 0, 0},
+    {"double_interleaved", c_double_interleaved, ABORTS, "double free", "block already free", 0, 0},
+    {"realloc_freed", c_realloc_freed, ABORTS, "double free", "realloc: block already free", 0, 0},
+    {"realloc_freed_large", c_realloc_freed_large, ABORTS, "double free", "realloc: large block already freed", 0, 0},
+    {"usable_freed", c_usable_freed, ABORTS, "double free", "malloc_usable_size: block already free", 0, 0},
+    {"double_owner_then_remote", c_double_owner_then_remote, ABORTS, "double free", "block already free", 0, 0},
+    {"double_remote_then_owner", c_double_remote_then_owner, ABORTS, "double free", "block already free", 0, 0},
+    {"double_remote_twice", c_double_remote_twice, ABORTS, "double free", "block already free", 0, 0},
+    {"double_abandoned", c_double_abandoned, ABORTS, "double free", "block already free", 0, 0},
+    {"tag_value_in_live_block", c_tag_value_in_live_block, SURVIVES, NULL, NULL, 0, 0},
+#ifdef HAKMEM_SECURE
+    {"write_after_free", c_write_after_free, ABORTS, "write after free", "freed block modified at byte " STR(FILL_PROBE), 1, 0},
+    {"write_after_free_tag", c_write_after_free_tag, ABORTS, "write after free", "freed block modified at byte 9", 1, 0},
+    {"freelist_overwritten", c_freelist_overwritten, ABORTS, "heap corruption",
+     "free-list pointer of a freed block overwritten (write after free?)", 1, 1},
+    {"guard_superslab", c_guard_superslab, SEGV, NULL, NULL, 1, 0},
+    {"guard_large", c_guard_large, SEGV, NULL, NULL, 1, 0},
+    {"random_order", c_random_order, SURVIVES, NULL, NULL, 0, 0},
+#endif
+};
+#define NCASES (sizeof cases / sizeof cases[0])
+
+/* ---- parent: run a case in a child and check what it did ---------------- */
+struct out {
+  char o[4096], e[4096];
+  size_t no, ne;
+};
+
+static void drain(int fd, char *buf, size_t *n, size_t cap) {
+  ssize_t r = read(fd, buf + *n, cap - 1 - *n);
+  if (r > 0) *n += (size_t)r;
+  buf[*n] = '\0';
+}
+
+static int run_child(const char *self, const char *name, int warn, struct out *out) {
+  int po[2], pe[2];
+  CHECK(pipe(po) == 0 && pipe(pe) == 0, "pipe");
+  fflush(stdout);
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    dup2(po[1], 1);
+    dup2(pe[1], 2);
+    close(po[0]);
+    close(pe[0]);
+    if (warn) setenv("HAKMEM_ON_ERROR", "warn", 1);
+    else unsetenv("HAKMEM_ON_ERROR");
+    execl(self, self, "child", name, (char *)NULL);
+    _exit(127);
+  }
+  close(po[1]);
+  close(pe[1]);
+  memset(out, 0, sizeof *out);
+  struct pollfd pf[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
+  int open_fds = 2;
+  while (open_fds > 0) {
+    CHECK(poll(pf, 2, 30000) > 0, "case %s: child silent for 30 s", name);
+    for (int i = 0; i < 2; i++) {
+      if (pf[i].fd < 0 || !(pf[i].revents & (POLLIN | POLLHUP))) continue;
+      size_t before = i == 0 ? out->no : out->ne;
+      if (i == 0) drain(pf[i].fd, out->o, &out->no, sizeof out->o);
+      else drain(pf[i].fd, out->e, &out->ne, sizeof out->e);
+      if ((i == 0 ? out->no : out->ne) == before) { /* EOF */
+        close(pf[i].fd);
+        pf[i].fd = -1;
+        open_fds--;
+      }
+    }
+  }
+  int st;
+  CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+  return st;
+}
+
+static void check_case(const char *self, const struct mcase *c, int warn) {
+  struct out out;
+  int st = run_child(self, c->name, warn, &out);
+  const char *mode = warn ? "HAKMEM_ON_ERROR=warn" : "default";
+  char ptr[64] = "";
+  const char *pl = strstr(out.o, "PTR ");
+  if (pl) sscanf(pl + 4, "%63s", ptr);
+  if (c->expect == SEGV) {
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV, "case %s (%s): expected SIGSEGV on the guard page %s, got "
+          "status 0x%x; stderr: %s", c->name, mode, ptr, st, out.e);
+    return;
+  }
+  if (c->expect == SURVIVES) {
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0 && strstr(out.o, "CONTINUED"),
+          "case %s (%s): expected a normal exit, got status 0x%x; stdout: %s stderr: %s", c->name, mode, st, out.o,
+          out.e);
+    CHECK(out.ne == 0, "case %s (%s): unexpected message: %s", c->name, mode, out.e);
+    return;
+  }
+  CHECK(ptr[0] != '\0', "case %s (%s): the child did not get to the misuse (status 0x%x); stdout: %s stderr: %s",
+        c->name, mode, st, out.o, out.e);
+  char want[512];
+  if (c->other_ptr) { /* "hakmem: error: WHAT of 0x<hex> (REASON)\n" */
+    char head[128], tail[384];
+    snprintf(head, sizeof head, "hakmem: error: %s of 0x", c->what);
+    snprintf(tail, sizeof tail, " (%s)\n", c->reason);
+    size_t nh = strlen(head), nt = strlen(tail);
+    CHECK(out.ne > nh + nt && strncmp(out.e, head, nh) == 0 && strcmp(out.e + out.ne - nt, tail) == 0 &&
+              strspn(out.e + nh, "0123456789abcdef") == out.ne - nh - nt,
+          "case %s (%s): stderr\n  %s  expected\n  %s<hex>%s", c->name, mode, out.e, head, tail);
+  } else {
+    snprintf(want, sizeof want, "hakmem: error: %s of %s (%s)\n", c->what, ptr, c->reason);
+    CHECK(strcmp(out.e, want) == 0, "case %s (%s): stderr\n  %s  expected exactly\n  %s", c->name, mode, out.e,
+          want);
+  }
+  if (warn && !c->always_aborts) {
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0 && strstr(out.o, "CONTINUED"),
+          "case %s (warn): the program should continue after the message; status 0x%x, stdout: %s", c->name, st,
+          out.o);
+  } else {
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "case %s (%s): expected SIGABRT, got status 0x%x", c->name,
+          mode, st);
+  }
+}
+
+int main(int argc, char **argv) {
+  tc_test_name = "misuse";
+  if (argc == 3 && strcmp(argv[1], "child") == 0) {
+    const char *v = getenv("HAKMEM_ON_ERROR");
+    warn_mode = v != NULL && strcmp(v, "warn") == 0;
+    for (size_t i = 0; i < NCASES; i++)
+      if (strcmp(cases[i].name, argv[2]) == 0) {
+        static char name[80];
+        snprintf(name, sizeof name, "misuse %s", argv[2]);
+        tc_test_name = name;
+        cases[i].fn();
+        /* reached only when hakmem let the program go on (warn mode) */
+        heap_still_works();
+        say("CONTINUED\n");
+        return 0;
+      }
+    FAILF("no case %s", argv[2]);
+  }
+  if (!HAKMEM_SPECIFIC) {
+    printf("misuse: hakmem-specific, skipped under the shim\n");
+    return 77;
+  }
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  CHECK(n > 0, "readlink /proc/self/exe");
+  self[n] = '\0';
+  for (size_t i = 0; i < NCASES; i++) {
+    check_case(self, &cases[i], 0);
+    if (cases[i].expect == ABORTS) check_case(self, &cases[i], 1);
+  }
+  printf("misuse: %zu cases, each in the default mode%s and with HAKMEM_ON_ERROR=warn\n", NCASES,
+#ifdef HAKMEM_SECURE
+         " (secure build)"
+#else
+         ""
+#endif
+  );
+  return 0;
+}
