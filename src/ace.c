@@ -645,6 +645,16 @@ bool hm_large_is_freed(const void *p) {
   return freed;
 }
 
+uint64_t hm_large_next_due(uint64_t min_idle_ns) {
+  uint64_t due = UINT64_MAX;
+  pthread_mutex_lock(&ace_lock);
+  for (unsigned k = 1; k <= ACE_BUCKETS; k++)
+    for (span_t *s = buckets[k].tail; s != NULL; s = s->prev)
+      if (!s->clean && s->freed_ns + min_idle_ns < due) due = s->freed_ns + min_idle_ns;
+  pthread_mutex_unlock(&ace_lock);
+  return due;
+}
+
 size_t hm_large_release(uint64_t min_idle_ns) {
   span_t *list = NULL;
   uint64_t now = hm_now_ns();

@@ -348,6 +348,9 @@ HM_HIDDEN void hm_large_fork_child(void);
 /* Give back the large lane's cached spans idle for at least min_idle_ns
  * (0: all of them); returns the bytes given back. */
 HM_HIDDEN size_t hm_large_release(uint64_t min_idle_ns);
+/* When hm_large_release(min_idle_ns) will next have a used span to give
+ * back (UINT64_MAX: none cached). */
+HM_HIDDEN uint64_t hm_large_next_due(uint64_t min_idle_ns);
 /* purge.c: giving unused memory back (docs/DESIGN.md, "Memory given back") */
 enum { PURGE_LAZY = 0, PURGE_EAGER = 1, PURGE_OFF = 2 };
 extern HM_HIDDEN int hm_purge_mode;

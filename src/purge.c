@@ -275,6 +275,9 @@ static size_t purge_slabs(uint64_t now, uint64_t delay_ns, size_t budget, uint64
 
 /* ---- steps --------------------------------------------------------------- */
 
+/* Least idle time of a cached large span before a lazy purge unmaps it. */
+#define LARGE_IDLE_NS 1000000000ull
+
 /* One bounded step: what has been unused for delay_ns, oldest first, up to
  * budget bytes. Sets hm_purge_due_ns to when the next step is due. Returns
  * the bytes given back. purge_lock held. */
@@ -292,7 +295,12 @@ static size_t purge_step(uint64_t now, uint64_t delay_ns, size_t budget) {
     bytes = hm_backend_purge_cached(now, delay_ns, budget, &next);
     if (bytes < budget) bytes += purge_slabs(now, delay_ns, budget - bytes, &next);
   }
-  bytes += hm_large_release(delay_ns);
+  /* Large spans are unmapped, and a span reused after that costs an mmap:
+   * in lazy mode they are given back after at least LARGE_IDLE_NS. */
+  uint64_t large_idle = hm_purge_mode == PURGE_LAZY && delay_ns < LARGE_IDLE_NS ? LARGE_IDLE_NS : delay_ns;
+  bytes += hm_large_release(large_idle);
+  uint64_t large_due = hm_large_next_due(large_idle);
+  if (large_due < next) next = large_due;
   uint64_t cur = atomic_load(&hm_purge_due_ns);
   while (next < cur && !atomic_compare_exchange_weak(&hm_purge_due_ns, &cur, next)) {
   }
