@@ -130,9 +130,12 @@ static void t_off(void) {
   CHECK(os().madvise_calls == 0, "%zu madvise calls with purging off", os().madvise_calls);
   CHECK(tc_rss_bytes() > peak / 2, "RSS fell from %zu to %zu MiB with purging off", peak / MiB,
         tc_rss_bytes() / MiB);
-  /* malloc_trim still unmaps the cache: that is not madvise */
+  /* malloc_trim still unmaps the cache: that is not madvise. (The bound is
+   * loose: SuperSlabs holding one of the activity's live blocks stay, with
+   * their touched pages, as nothing may be madvised; how many depends on
+   * where those blocks land.) */
   malloc_trim(0);
-  CHECK(tc_rss_bytes() < peak / 4, "malloc_trim left %zu of %zu MiB", tc_rss_bytes() / MiB, peak / MiB);
+  CHECK(tc_rss_bytes() < peak / 2, "malloc_trim left %zu of %zu MiB", tc_rss_bytes() / MiB, peak / MiB);
   CHECK(os().madvise_calls == 0, "malloc_trim called madvise with purging off");
 }
 
