@@ -218,7 +218,13 @@ static void slab_carve(slab_t *s) {
   hm_stats_carved(s->cls, n);
 }
 
-/* Make s->free non-empty if the slab has any block left. */
+/* Has s blocks freed into it (not only an uncarved part)? */
+static bool slab_has_freed(const slab_t *s) {
+  return s->free != NULL || s->local_free != NULL ||
+         atomic_load_explicit(&s->remote, memory_order_relaxed) > REMOTE_NOTIFY;
+}
+
+/* Make s->free non-empty from blocks freed into s, if there are any. */
 static bool slab_refill(slab_t *s) {
   if (s->free != NULL) return true;
   if (s->local_free != NULL) {
@@ -235,6 +241,11 @@ static bool slab_refill(slab_t *s) {
     HM_STAT_REFILL(hm_tls_heap, HM_REFILL_REMOTE, used - s->used);
     if (s->free != NULL) return true;
   }
+  return false;
+}
+
+/* Make s->free non-empty from s's uncarved part, if it has one. */
+static bool slab_refill_carve(slab_t *s) {
   if (s->carved < s->capacity) {
 #ifdef HAKMEM_STATS
     uint32_t carved = s->carved;
@@ -376,8 +387,27 @@ static void heap_process_pending(heap_t *h) {
 
 /* A slab for class c that is not the current one: from the owned
  * SuperSlabs, then adopted ones, then the backend. */
+/* Give back the current slabs that emptied (hm_free_local_slow), so that a
+ * class that needs a slab reuses their pages: a program that moves from one
+ * size to the next does not keep one empty slab per size it used. */
+static void heap_release_idle_cur(heap_t *h) {
+  for (unsigned w = 0; w < 2; w++) {
+    uint64_t bits = h->idle_cur[w];
+    h->idle_cur[w] = 0;
+    while (bits != 0) {
+      unsigned c = w * 64 + (unsigned)__builtin_ctzll(bits);
+      bits &= bits - 1;
+      slab_t *s = h->cur[c];
+      if (s->in_use != SLAB_ACTIVE || s->used != 0 || (s->flags & SLAB_FULL)) continue; /* in use again */
+      heap_set_cur(h, c, &hm_empty_slab);
+      slab_release(h, s);
+    }
+  }
+}
+
 static slab_t *heap_new_slab(heap_t *h, unsigned c) {
   unsigned kind = hm_class_kind[c];
+  if (h->idle_cur[0] | h->idle_cur[1]) heap_release_idle_cur(h);
   for (;;) {
     superslab_t *ss = h->partial[kind];
     if (ss != NULL) {
@@ -422,14 +452,24 @@ static void *heap_alloc(heap_t *h, unsigned c) {
       heap_set_cur(h, c, &hm_empty_slab);
     } else if (s != &hm_empty_slab) {
       hm_check_slab(s);
-      if (slab_refill(s)) {
+      /* Freed blocks first, then the class's other slabs' and the foreign
+       * cache's, and only then fresh memory: touched pages are reused
+       * before new ones are touched. */
+      slab_t *next = h->avail[c];
+      bool elsewhere = (next != NULL && slab_has_freed(next)) || h->foreign[c].local_free != NULL ||
+                       h->foreign[c].free != NULL;
+      if (slab_refill(s) || (!elsewhere && slab_refill_carve(s))) {
         block_t *b = s->free;
         s->free = b->next;
         s->used++;
         HM_STAT_ADD(h, alloc[c], 1);
         return b;
       }
-      if (!slab_try_mark_full(s)) continue;
+      if (s->carved < s->capacity) {
+        avail_push(h, s); /* it has blocks left to carve */
+      } else if (!slab_try_mark_full(s)) {
+        continue;
+      }
       heap_set_cur(h, c, &hm_empty_slab);
     }
     if (atomic_load_explicit(&h->pending_hint, memory_order_relaxed)) heap_process_pending(h);
@@ -482,6 +522,7 @@ static void heap_reset(heap_t *h) {
     h->avail[c] = h->avail_tail[c] = NULL;
   }
   for (unsigned k = 0; k < NUM_KINDS; k++) h->partial[k] = NULL;
+  h->idle_cur[0] = h->idle_cur[1] = 0;
   h->all = NULL;
   atomic_store(&h->pending_hint, 0);
   h->next_free = NULL;
@@ -538,7 +579,15 @@ void hm_free_local_slow(heap_t *h, slab_t *s) {
     slab_unfull(s, 1);
     avail_push(h, s);
   }
-  if (s->used == 0 && h->cur[s->cls] != s) slab_release(h, s);
+  if (s->used == 0) {
+    if (h->cur[s->cls] != s) {
+      slab_release(h, s);
+    } else {
+      /* kept for the class's next malloc, unless another class needs a
+       * slab first (heap_release_idle_cur) */
+      h->idle_cur[s->cls / 64] |= (uint64_t)1 << (s->cls % 64);
+    }
+  }
 }
 
 /* Push the chain head..tail of blocks of slab s on its remote list; wake

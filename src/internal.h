@@ -173,6 +173,7 @@ typedef struct heap {
   slab_t *avail[NUM_CLASSES];      /* other slabs of the class with free blocks */
   slab_t *avail_tail[NUM_CLASSES]; /* (FIFO: pushed at the tail) */
   superslab_t *partial[NUM_KINDS]; /* owned SSs with unused slabs */
+  uint64_t idle_cur[2];            /* classes whose current slab emptied */
   /* Blocks of other threads' slabs that this thread freed, per class, kept
    * for its own mallocs instead of being sent back one atomic push at a time
    * (heap.c, "foreign cache"). foreign[c] is a pseudo slab: frees push on its
