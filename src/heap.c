@@ -259,7 +259,13 @@ static void slab_carve(slab_t *s) {
   hm_stats_carved(s->cls, n);
 }
 
-/* Make s->free non-empty if the slab has any block left. */
+/* Has s blocks freed into it (not only an uncarved part)? */
+static bool slab_has_freed(const slab_t *s) {
+  return s->free != NULL || s->local_free != NULL ||
+         atomic_load_explicit(&s->remote, memory_order_relaxed) > REMOTE_NOTIFY;
+}
+
+/* Make s->free non-empty from blocks freed into s, if there are any. */
 static bool slab_refill(slab_t *s) {
   if (s->free != NULL) return true;
   if (s->local_free != NULL) {
@@ -276,6 +282,11 @@ static bool slab_refill(slab_t *s) {
     HM_STAT_REFILL(hm_tls_heap, HM_REFILL_REMOTE, used - s->used);
     if (s->free != NULL) return true;
   }
+  return false;
+}
+
+/* Make s->free non-empty from s's uncarved part, if it has one. */
+static bool slab_refill_carve(slab_t *s) {
   if (s->carved < s->capacity) {
 #ifdef HAKMEM_STATS
     uint32_t carved = s->carved;
@@ -470,7 +481,13 @@ static void *heap_alloc(heap_t *h, unsigned c) {
       heap_set_cur(h, c, &hm_empty_slab);
     } else if (s != &hm_empty_slab) {
       hm_check_slab(s);
-      if (slab_refill(s)) {
+      /* Freed blocks first, then the class's other slabs' and the foreign
+       * cache's, and only then fresh memory: touched pages are reused
+       * before new ones are touched. */
+      slab_t *next = h->avail[c];
+      bool elsewhere = (next != NULL && slab_has_freed(next)) || h->foreign[c].local_free != NULL ||
+                       h->foreign[c].free != NULL;
+      if (slab_refill(s) || (!elsewhere && slab_refill_carve(s))) {
         block_t *b = s->free;
 #ifdef HAKMEM_SECURE
         if (unlikely(!hm_head_ok(s, b))) hm_corrupt_list(s, b);
@@ -480,7 +497,11 @@ static void *heap_alloc(heap_t *h, unsigned c) {
         HM_STAT_ADD(h, alloc[c], 1);
         return hm_block_handout(s, b);
       }
-      if (!slab_try_mark_full(s)) continue;
+      if (s->carved < s->capacity) {
+        avail_push(h, s); /* it has blocks left to carve */
+      } else if (!slab_try_mark_full(s)) {
+        continue;
+      }
       heap_set_cur(h, c, &hm_empty_slab);
     }
     if (atomic_load_explicit(&h->pending_hint, memory_order_relaxed)) heap_process_pending(h);
@@ -591,7 +612,7 @@ void hm_free_local_slow(heap_t *h, slab_t *s) {
     avail_push(h, s);
   }
   if (s->used == 0) {
-    if (h->cur[s->cls] != s) slab_release(h, s);
+    if (h->cur[s->cls] != s) slab_release(h, s); /* (the current one is kept for the next malloc) */
     hm_purge_tick(); /* a slab emptied: also what a program freeing at a low rate does */
   }
 }
