@@ -665,6 +665,14 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
   remote_push(ss, s, b, b);
   return;
 #endif
+  /* A block of an abandoned SuperSlab goes straight back: cached, it would
+   * keep that SuperSlab from emptying (threads that come and go). */
+  if (atomic_load_explicit(&ss->owner, memory_order_relaxed) == NULL) {
+    slab_t *s = hm_slab_of(ss, b);
+    if (h != &hm_empty_heap) HM_STAT_ADD(h, free_remote[s->cls], 1);
+    remote_push(ss, s, b, b);
+    return;
+  }
   if (unlikely(h == &hm_empty_heap) && (h = heap_for_thread()) == NULL) {
 #ifdef HAKMEM_STATS
     hm_stats_free_without_heap(hm_slab_of(ss, b)->cls);

@@ -311,8 +311,10 @@ static int run_churn(void) {
         rss_end / 1024, total);
   CHECK(vm_end <= vm_mid + 256 * MiB, "address space grows with the number of threads: VmSize %zu -> %zu MiB",
         vm_mid / MiB, vm_end / MiB);
+  /* Mappings come 32 MiB at a time: two more reservations over 15,000 more
+   * threads is timing (where the exits fall), linear growth is far more. */
   if (HAKMEM_SPECIFIC)
-    CHECK(st.committed_bytes <= committed_mid + 32 * MiB,
+    CHECK(st.committed_bytes <= committed_mid + 64 * MiB,
           "hakmem committed bytes grow with the number of threads: %zu -> %zu KiB", committed_mid / 1024,
           st.committed_bytes / 1024);
   return 0;
