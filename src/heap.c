@@ -653,32 +653,38 @@ static uint32_t foreign_send_back(block_t *b) {
 /* free of a block of a slab this thread does not own: keep it in the
  * heap's foreign cache; past the cache's budget, send the cached blocks
  * not yet in use back to their owners. */
-void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
-#ifdef HAKMEM_SECURE
-  /* Secure mode keeps no foreign cache: its lists would mix blocks whose
-   * links are encoded with different slabs' keys. */
+/* One block straight back to its slab's remote list, counted as a free by
+ * this thread (h: its heap, or hm_empty_heap). */
+static void free_to_slab(heap_t *h, superslab_t *ss, block_t *b) {
   slab_t *s = hm_slab_of(ss, b);
   if (h != &hm_empty_heap) HM_STAT_ADD(h, free_remote[s->cls], 1);
 #ifdef HAKMEM_STATS
   else hm_stats_free_without_heap(s->cls);
 #endif
   remote_push(ss, s, b, b);
+}
+
+void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
+  /* Not cached, but sent straight back: in secure mode (the cache's lists
+   * would mix blocks whose links are encoded with different slabs' keys);
+   * a block of an abandoned SuperSlab (cached, it would keep that SuperSlab
+   * from emptying when threads come and go); and when there is no memory
+   * for this thread's heap. */
+#ifdef HAKMEM_SECURE
+  free_to_slab(h, ss, b);
   return;
 #endif
-  /* A block of an abandoned SuperSlab goes straight back: cached, it would
-   * keep that SuperSlab from emptying (threads that come and go). */
   if (atomic_load_explicit(&ss->owner, memory_order_relaxed) == NULL) {
-    slab_t *s = hm_slab_of(ss, b);
-    if (h != &hm_empty_heap) HM_STAT_ADD(h, free_remote[s->cls], 1);
-    remote_push(ss, s, b, b);
+    free_to_slab(h, ss, b);
     return;
   }
-  if (unlikely(h == &hm_empty_heap) && (h = heap_for_thread()) == NULL) {
-#ifdef HAKMEM_STATS
-    hm_stats_free_without_heap(hm_slab_of(ss, b)->cls);
-#endif
-    remote_push(ss, hm_slab_of(ss, b), b, b); /* no memory for a heap */
-    return;
+  if (unlikely(h == &hm_empty_heap)) {
+    heap_t *created = heap_for_thread();
+    if (created == NULL) {
+      free_to_slab(h, ss, b);
+      return;
+    }
+    h = created;
   }
   unsigned c = ss->slab_cls[((uintptr_t)b & SS_MASK) >> ss->slab_shift];
   HM_STAT_ADD(h, free_remote[c], 1);

@@ -595,6 +595,8 @@ HM_INLINE void *hm_malloc_small(size_t n) {
   return hm_slab_pop(h, h->cur[hm_size_class(n)], n);
 }
 
+/* (Not written as hm_malloc_small behind a SMALL_MAX test: testing TINY_MAX
+ * first saves tiny sizes a compare and a branch.) */
 HM_INLINE void *hm_malloc(size_t n) {
   heap_t *h = hm_tls_heap;
   if (likely(n <= TINY_MAX)) return hm_slab_pop(h, h->direct[(n + 15) >> 4], n);
