@@ -536,7 +536,7 @@ void hm_heap_process_init(void) { pthread_key_create(&heap_key, heap_key_destruc
 static uint32_t foreign_cap(unsigned c) {
   if (hm_opt[HM_OPT_FOREIGN_CACHE_KB] == 0) return 0;
   uint64_t n = ((uint64_t)hm_opt[HM_OPT_FOREIGN_CACHE_KB] << 10) / hm_class_size[c];
-  return n < 8 ? 8 : n > 65535 ? 65535 : (uint32_t)n;
+  return n < 8 ? 8 : n > 32767 ? 32767 : (uint32_t)n; /* (counts are mod 2^16) */
 }
 
 static void heap_reset(heap_t *h) {
@@ -691,7 +691,8 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
   slab_t *f = &h->foreign[c];
   b->next = f->local_free;
   f->local_free = b;
-  if (unlikely(++h->foreign_pushed[c] - f->used > f->capacity)) {
+  uint16_t cached = (uint16_t)(++h->foreign_pushed[c] - f->used);
+  if (unlikely(cached > f->capacity)) {
     block_t *list = f->local_free;
     f->local_free = NULL;
     h->foreign_pushed[c] -= foreign_send_back(list);

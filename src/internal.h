@@ -225,7 +225,9 @@ typedef struct heap {
    * local_free, and it becomes cur[c] when the class's slab runs dry. The
    * blocks still count as used in their own slabs. */
   slab_t foreign[NUM_CLASSES];
-  uint32_t foreign_pushed[NUM_CLASSES]; /* minus foreign[c].used = blocks cached */
+  /* minus foreign[c].used = blocks cached; both count mod 2^16 (used is
+   * the slab's 16-bit count, which wraps as the cache is used) */
+  uint16_t foreign_pushed[NUM_CLASSES];
   superslab_t *all;                /* every owned SS */
   _Atomic int pending_hint;        /* some owned SS has pending notifications */
   struct heap *next_free;          /* heap pool */

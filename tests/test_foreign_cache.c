@@ -3,9 +3,11 @@
  * (HAKMEM_FOREIGN_CACHE_KB), and go back to their owner past the budget and
  * at thread exit.
  *
- *   test_foreign_cache reuse|cap|off
- * reuse: B frees A's blocks, then B's mallocs get exactly those blocks;
- *        after B exits, A gets them all back.
+ *   test_foreign_cache reuse [ROUNDS]|cap|off
+ * reuse: B frees A's blocks, then B's mallocs get exactly those blocks, and
+ *        again for ROUNDS rounds (default 1; 400 rounds hand out more than
+ *        2^16 blocks of the class from B's cache, past where a 16-bit count
+ *        wraps); after B exits, A gets them all back.
  * cap:   (run with HAKMEM_FOREIGN_CACHE_KB=1: 16 blocks of 64 B) while B is
  *        still alive, A gets back all but at most 16 of the blocks B freed.
  * off:   (run with HAKMEM_FOREIGN_CACHE_KB=0) A gets back every block at once.
@@ -32,15 +34,24 @@ static int in_set(void *p) {
   return 0;
 }
 
+static int rounds = 1;
+
 static void *reuse_thread(void *arg) {
   (void)arg;
-  for (int i = 0; i < N; i++) free(blocks[i]);
   void *mine[N];
-  for (int i = 0; i < N; i++) {
-    mine[i] = malloc(SIZE);
-    if (mine[i] == NULL) fail("malloc in thread B");
-    if (!in_set(mine[i])) fail("thread B's malloc did not reuse a block it had freed from thread A");
-    memset(mine[i], 0xb0, SIZE);
+  memcpy(mine, blocks, sizeof mine);
+  for (int r = 0; r < rounds; r++) {
+    for (int i = 0; i < N; i++) free(mine[i]);
+    for (int i = 0; i < N; i++) {
+      mine[i] = malloc(SIZE);
+      if (mine[i] == NULL) fail("malloc in thread B");
+      if (!in_set(mine[i])) {
+        fprintf(stderr, "FAIL [foreign_cache]: round %d: thread B's malloc did not reuse a block it had freed "
+                        "from thread A\n", r);
+        exit(1);
+      }
+      memset(mine[i], 0xb0, SIZE);
+    }
   }
   for (int i = 0; i < N; i++) free(mine[i]);
   return NULL; /* thread exit sends the cached blocks back */
@@ -77,6 +88,7 @@ int main(int argc, char **argv) {
   pthread_t t;
   int back, min_back;
   if (strcmp(mode, "reuse") == 0) {
+    if (argc > 2 && (rounds = atoi(argv[2])) < 1) fail("ROUNDS must be a positive number");
     if (pthread_create(&t, NULL, reuse_thread, NULL) != 0) fail("pthread_create");
     pthread_join(t, NULL);
     back = count_back();
