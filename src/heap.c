@@ -147,8 +147,11 @@ static void slab_set_class(slab_t *s, unsigned cls) {
   HM_ASSERT(m * inv == 1u && k >= 4);
   s->cls = (uint8_t)cls;
   s->block_size = d;
-  s->div_inv = inv;
-  s->div_shift = (uint8_t)k;
+  slab_shape_t *sh = &hm_ss_of(s)->shape[s->index];
+  sh->cls = (uint8_t)cls;
+  sh->block_size = d;
+  sh->div_inv = inv;
+  sh->div_shift = (uint8_t)k;
 }
 
 static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
@@ -173,9 +176,8 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
   s->capacity = (uint16_t)(bytes / s->block_size);
   hm_slab_set_carved(s, 0);
   s->flags = 0;
-  ss->slab_cls[i] = (uint8_t)cls;
   s->in_use = SLAB_ACTIVE;
-  s->start_off = (uint32_t)(start - (char *)ss);
+  s->start_off = ss->shape[i].start_off = (uint32_t)(start - (char *)ss);
   s->next = s->prev = NULL;
 #ifdef HAKMEM_SECURE
   s->key = (uintptr_t)hm_random_fast(); /* the slab's lists are empty: a new key is safe */
@@ -249,7 +251,7 @@ static void slab_carve(slab_t *s) {
 #endif
   for (uint32_t i = n; i-- > 0;) {
     block_t *b = (block_t *)(p + (size_t)CARVE_AT(i) * bs);
-    hm_block_tag_free(s, b);
+    hm_block_tag_free(bs, b);
     hm_next_set(s, b, list);
     list = b;
   }
@@ -327,8 +329,8 @@ static void ss_setup(heap_t *h, superslab_t *ss, unsigned kind) {
   atomic_store_explicit(&ss->pending, 0, memory_order_relaxed);
   for (unsigned i = 0; i < ss->nslabs; i++) {
     ss->slabs[i].in_use = SLAB_UNUSED;
-    hm_slab_set_carved(&ss->slabs[i], 0);
     ss->slabs[i].index = (uint8_t)i;
+    hm_slab_set_carved(&ss->slabs[i], 0);
   }
 #ifdef HAKMEM_SECURE
   if (!ss->guarded) { /* kept while the SuperSlab stays mapped */
@@ -686,7 +688,7 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
     }
     h = created;
   }
-  unsigned c = ss->slab_cls[((uintptr_t)b & SS_MASK) >> ss->slab_shift];
+  unsigned c = ss->shape[hm_slab_index(ss, b)].cls;
   HM_STAT_ADD(h, free_remote[c], 1);
   slab_t *f = &h->foreign[c];
   b->next = f->local_free;

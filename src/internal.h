@@ -108,11 +108,9 @@ typedef struct slab {
   _Atomic uintptr_t remote;    /* other threads' frees (LIFO); bit 0: notify owner */
   uint32_t start_off;          /* first block, as an offset in the SuperSlab */
   uint32_t block_size;
-  uint32_t div_inv;            /* checks: inverse of block_size's odd part mod 2^32 */
   uint16_t used;               /* blocks handed out, remote-freed ones included */
   uint16_t capacity;           /* blocks the slab can hold */
   uint16_t carved;             /* blocks carved so far (lazily, to spare RSS); 0 when unused */
-  uint8_t div_shift;           /* checks: trailing zero bits of block_size */
   uint8_t flags;               /* SLAB_FULL */
   uint8_t cls;
   uint8_t in_use;
@@ -129,6 +127,21 @@ _Static_assert(sizeof(slab_t) == 128, "secure slab descriptor: two cache lines")
 _Static_assert(sizeof(slab_t) == 64, "slab descriptor is one cache line");
 #endif
 
+/* What free needs to know of a slab, apart from the descriptor the owner
+ * writes on every malloc and free: a thread freeing another's block reads
+ * only this, so it does not take the owner's descriptor line away from it
+ * (that cost bench_xthread a quarter of its time). Written by the owner
+ * when the slab is set up and as it carves. */
+typedef struct {
+  uint32_t start_off;          /* = the descriptor's */
+  uint32_t block_size;         /* = the descriptor's */
+  uint32_t div_inv;            /* checks: inverse of block_size's odd part mod 2^32 */
+  uint16_t carved;             /* = the descriptor's, 0 when unused (relaxed atomics) */
+  uint8_t div_shift;           /* checks: trailing zero bits of block_size */
+  uint8_t cls;
+} slab_shape_t;
+_Static_assert(sizeof(slab_shape_t) == 16, "four shapes a cache line");
+
 typedef struct superslab {
   /* First, so that a slab's descriptor is at ss + 64 * index. */
   slab_t slabs[SS_MAX_SLABS];
@@ -141,9 +154,7 @@ typedef struct superslab {
   _Atomic uint64_t pending;     /* slabs whose FULL flag a remote free hit */
   struct superslab *next, *prev;         /* partial list / backend / abandoned */
   struct superslab *all_next, *all_prev; /* owner's list of all its SSs */
-  /* Each slab's class, read by other threads' frees: a line the owner
-   * rarely writes, unlike the slab descriptors. */
-  uint8_t slab_cls[SS_MAX_SLABS];
+  slab_shape_t shape[SS_MAX_SLABS] __attribute__((aligned(64)));
   /* Giving unused slabs back (purge.c); one bit per slab. Only the owner
    * sets `dirty`; a purger claims bits by setting `purging` and clearing
    * `dirty`, so the owner taking a slab back waits for a purge under way. */
@@ -162,6 +173,12 @@ HM_INLINE superslab_t *hm_ss_of(const void *p) {
 HM_INLINE uint32_t hm_ss_offset(const void *p) { return (uint32_t)((uintptr_t)p & SS_MASK); }
 HM_INLINE slab_t *hm_slab_of(superslab_t *ss, const void *p) {
   return &ss->slabs[hm_ss_offset(p) >> ss->slab_shift];
+}
+HM_INLINE size_t hm_slab_index(const superslab_t *ss, const void *p) {
+  return ((uintptr_t)p & SS_MASK) >> ss->slab_shift;
+}
+HM_INLINE const slab_shape_t *hm_shape_of(const slab_t *s) {
+  return &hm_ss_of(s)->shape[s->index];
 }
 HM_INLINE char *hm_slab_start(const slab_t *s) {
   return (char *)hm_ss_of(s) + s->start_off;
@@ -410,21 +427,23 @@ HM_HIDDEN void hm_check_block(const slab_t *s, const void *p);
 extern HM_HIDDEN uintptr_t hm_free_tag;   /* random per process, never 0 */
 enum { HM_OP_FREE, HM_OP_REALLOC, HM_OP_USABLE };
 
-/* Is p (an address in s's SuperSlab) the start of a carved block of s?
+/* Is p (an address in its slab's SuperSlab, sh the slab's shape) the start
+ * of a carved block of the slab?
  * Without a division: with block_size d = m << k (m odd), x -> rotr(x * m^-1
  * mod 2^32, k) is a bijection that maps x = j * d to j, so every other x maps
  * to at least 2^32 / d > carved. One compare checks alignment and range;
  * unused slabs have carved == 0. */
-HM_INLINE bool hm_slab_holds(const slab_t *s, const void *p) {
-  uint32_t x = hm_ss_offset(p) - s->start_off;
-  uint32_t q = x * s->div_inv;
-  unsigned k = s->div_shift;
+HM_INLINE bool hm_slab_holds(const slab_shape_t *sh, const void *p) {
+  uint32_t x = hm_ss_offset(p) - sh->start_off;
+  uint32_t q = x * sh->div_inv;
+  unsigned k = sh->div_shift;
   q = (q >> k) | (q << (-k & 31)); /* rotate right */
   /* carved: written by the owner only, read by any freeing thread */
-  return q < __atomic_load_n(&s->carved, __ATOMIC_RELAXED);
+  return q < __atomic_load_n(&sh->carved, __ATOMIC_RELAXED);
 }
 HM_INLINE void hm_slab_set_carved(slab_t *s, unsigned n) {
-  __atomic_store_n(&s->carved, (uint16_t)n, __ATOMIC_RELAXED);
+  s->carved = (uint16_t)n;
+  __atomic_store_n(&hm_ss_of(s)->shape[s->index].carved, (uint16_t)n, __ATOMIC_RELAXED);
 }
 
 #ifdef HAKMEM_SECURE
@@ -446,12 +465,12 @@ HM_HIDDEN void hm_secure_shuffle(uint32_t *idx, uint32_t n);
 
 /* Bytes [8, end) of a free block hold the tag (blocks smaller than
  * HM_FILL_BYTES: the tag word only). */
-HM_INLINE unsigned hm_fill_end(const slab_t *s) {
-  return s->block_size >= HM_FILL_BYTES ? HM_FILL_BYTES : 16;
+HM_INLINE unsigned hm_fill_end(uint32_t block_size) {
+  return block_size >= HM_FILL_BYTES ? HM_FILL_BYTES : 16;
 }
-HM_INLINE void hm_secure_fill(const slab_t *s, void *p) {
+HM_INLINE void hm_secure_fill(uint32_t block_size, void *p) {
   char *c = (char *)p;
-  if (HM_FILL_BYTES > 16 && likely(s->block_size >= HM_FILL_BYTES)) {
+  if (HM_FILL_BYTES > 16 && likely(block_size >= HM_FILL_BYTES)) {
     _mm_storeu_si128((__m128i *)(c + 8), hm_fill_lane); /* bytes 8..23 */
     for (unsigned off = 16; off < HM_FILL_BYTES; off += 16) _mm_store_si128((__m128i *)(c + off), hm_fill_lane);
   } else {
@@ -530,12 +549,13 @@ HM_INLINE void *hm_block_handout(const slab_t *s, block_t *b) {
   return b;
 }
 
-/* A free block gets its tag (in secure mode: its pattern). */
-HM_INLINE void hm_block_tag_free(const slab_t *s, void *p) {
+/* A free block of block_size bytes gets its tag (in secure mode: its
+ * pattern). */
+HM_INLINE void hm_block_tag_free(uint32_t block_size, void *p) {
 #ifdef HAKMEM_SECURE
-  hm_secure_fill(s, p);
+  hm_secure_fill(block_size, p);
 #else
-  (void)s;
+  (void)block_size;
   ((uintptr_t *)p)[1] = hm_free_tag;
 #endif
 }
@@ -543,14 +563,14 @@ HM_INLINE void hm_block_tag_free(const slab_t *s, void *p) {
 /* free(p), p in a SuperSlab chunk: true if p is a block handed out and not
  * freed since, which is now marked free; false sends the caller to
  * hm_free_suspect (interior, unaligned, stale pointers; double frees). */
-HM_INLINE bool hm_block_mark_free(const slab_t *s, void *p) {
+HM_INLINE bool hm_block_mark_free(const slab_shape_t *sh, void *p) {
 #ifdef HAKMEM_NO_CHECKS
-  (void)s;
+  (void)sh;
   (void)p;
   return true;
 #else
-  if (unlikely(!hm_slab_holds(s, p) || ((uintptr_t *)p)[1] == hm_free_tag)) return false;
-  hm_block_tag_free(s, p);
+  if (unlikely(!hm_slab_holds(sh, p) || ((uintptr_t *)p)[1] == hm_free_tag)) return false;
+  hm_block_tag_free(sh->block_size, p);
   return true;
 #endif
 }
@@ -625,12 +645,14 @@ HM_INLINE void hm_free_push(superslab_t *ss, slab_t *s, block_t *b) {
 HM_INLINE void hm_free(void *p) {
   if (likely(hm_reg_kind((uintptr_t)p) == REG_SS)) {
     superslab_t *ss = hm_ss_of(p);
-    slab_t *s = hm_slab_of(ss, p);
-    if (unlikely(!hm_block_mark_free(s, p))) { /* hardening */
+    /* (one scaled index for both arrays: the addresses fold into the loads) */
+    uintptr_t o = hm_slab_index(ss, p) * sizeof(slab_shape_t);
+    const slab_shape_t *sh = (const slab_shape_t *)((const char *)ss->shape + o);
+    if (unlikely(!hm_block_mark_free(sh, p))) { /* hardening */
       hm_free_suspect(p);
       return;
     }
-    hm_free_push(ss, s, (block_t *)p);
+    hm_free_push(ss, (slab_t *)((char *)ss->slabs + o * (sizeof(slab_t) / sizeof(slab_shape_t))), (block_t *)p);
     return;
   }
   hm_free_slow(p);

@@ -45,7 +45,7 @@ void hm_report_double(const void *p, int op, const char *reason) { report("doubl
 /* Why p, in slab s's SuperSlab, is not a block hakmem handed out. */
 static const char *ss_reason(const slab_t *s, const void *p, char *buf, size_t cap) {
   uintptr_t start = (uintptr_t)hm_slab_start(s), a = (uintptr_t)p;
-  unsigned carved = __atomic_load_n(&s->carved, __ATOMIC_RELAXED);
+  unsigned carved = __atomic_load_n(&hm_shape_of(s)->carved, __ATOMIC_RELAXED);
   if (carved == 0 || a < start) return "not a block: free space or metadata in a hakmem SuperSlab";
   uintptr_t off = (a - start) % s->block_size, idx = (a - start) / s->block_size;
   if (idx >= carved) return "not a block hakmem handed out";
@@ -82,7 +82,7 @@ static bool ss_block_live(void *p, int op) {
   superslab_t *ss = hm_ss_of(p);
   slab_t *s = hm_slab_of(ss, p);
   char buf[96];
-  if (!hm_slab_holds(s, p)) {
+  if (!hm_slab_holds(hm_shape_of(s), p)) {
     hm_report_invalid(p, op, ss_reason(s, p, buf, sizeof buf));
     return false;
   }
@@ -99,7 +99,7 @@ void hm_free_suspect(void *p) {
   /* a live block whose second word held the tag's value: free it */
   superslab_t *ss = hm_ss_of(p);
   slab_t *s = hm_slab_of(ss, p);
-  hm_block_tag_free(s, p);
+  hm_block_tag_free(s->block_size, p);
   hm_free_push(ss, s, (block_t *)p);
 }
 
