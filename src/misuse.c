@@ -77,13 +77,26 @@ static bool tagged_block_is_free(superslab_t *ss, slab_t *s, const void *p) {
   return on_list(s, s->free, p) || on_list(s, s->local_free, p) || on_list(s, r, p);
 }
 
+/* Was p a block of slab s, since emptied and released? (A released slab
+ * keeps its block size and start until it is used again.) Then p is a
+ * stale pointer: freed already. */
+static bool released_block(const superslab_t *ss, const slab_t *s, const void *p) {
+  if (__atomic_load_n(&s->in_use, __ATOMIC_RELAXED) != SLAB_UNUSED || s->block_size == 0) return false;
+  uintptr_t a = (uintptr_t)p, start = (uintptr_t)hm_slab_start(s);
+  uintptr_t end = (uintptr_t)ss + ((uintptr_t)(s->index + 1) << ss->slab_shift);
+  return a >= start && a + s->block_size <= end && (a - start) % s->block_size == 0;
+}
+
 /* p in a SuperSlab chunk: true if it is a live block; else reported. */
 static bool ss_block_live(void *p, int op) {
   superslab_t *ss = hm_ss_of(p);
   slab_t *s = hm_slab_of(ss, p);
   char buf[96];
   if (!hm_slab_holds(hm_shape_of(s), p)) {
-    hm_report_invalid(p, op, ss_reason(s, p, buf, sizeof buf));
+    if (released_block(ss, s, p))
+      hm_report_double(p, op, "block already free; its slab has been emptied since");
+    else
+      hm_report_invalid(p, op, ss_reason(s, p, buf, sizeof buf));
     return false;
   }
   if (((uintptr_t *)p)[1] == hm_free_tag && tagged_block_is_free(ss, s, p)) {

@@ -263,6 +263,19 @@ static void c_double_abandoned(void) {
   free(announce(a));
 }
 
+/* The second free comes after the block's slab was emptied and released
+ * (the SuperSlab stays in use): 64-byte blocks fill 64 KiB slabs, so of
+ * 3000 blocks the first slab's are freed, which releases it. */
+static void c_double_released_slab(void) {
+  enum { N = 3000 };
+  static char *v[N];
+  for (int i = 0; i < N; i++) CHECK((v[i] = malloc(64)) != NULL, "malloc");
+  uintptr_t slab = (uintptr_t)v[0] & ~(uintptr_t)0xffff;
+  for (int i = 0; i < N; i++)
+    if (((uintptr_t)v[i] & ~(uintptr_t)0xffff) == slab) free(v[i]);
+  free(announce(v[0]));
+}
+
 /* A live block whose second word holds the free tag's value (read here from
  * a freed block): not a double free; the owner's list scan tells. */
 static void c_tag_value_in_live_block(void) {
@@ -403,6 +416,8 @@ static const struct mcase cases[] = {
     {"double_remote_then_owner", c_double_remote_then_owner, ABORTS, "double free", "block already free", 0, 0},
     {"double_remote_twice", c_double_remote_twice, ABORTS, "double free", "block already free", 0, 0},
     {"double_abandoned", c_double_abandoned, ABORTS, "double free", "block already free", 0, 0},
+    {"double_released_slab", c_double_released_slab, ABORTS, "double free",
+     "block already free; its slab has been emptied since", 0, 0},
     {"tag_value_in_live_block", c_tag_value_in_live_block, SURVIVES, NULL, NULL, 0, 0},
 #ifdef HAKMEM_SECURE
     {"write_after_free", c_write_after_free, ABORTS, "write after free", "freed block modified at byte " STR(FILL_PROBE), 1, 0},
