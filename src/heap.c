@@ -155,13 +155,31 @@ static void slab_set_class(slab_t *s, unsigned cls) {
 }
 
 static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
-  /* a slab still resident before one given back to the OS */
+  /* a slab still resident before one given back to the OS, and of those
+   * one that last served class cls */
   uint32_t resident = ss->free_mask & atomic_load_explicit(&ss->dirty, memory_order_relaxed);
-  unsigned i = (unsigned)__builtin_ctz(resident != 0 ? resident : ss->free_mask);
+  uint32_t pick = resident != 0 ? resident : ss->free_mask;
+  for (uint32_t m = resident; m != 0; m &= m - 1)
+    if (ss->slabs[__builtin_ctz(m)].cls == cls) {
+      pick = m;
+      break;
+    }
+  unsigned i = (unsigned)__builtin_ctz(pick);
   ss->free_mask &= ~(1u << i);
   if (ss->free_mask == 0) partial_unlink(h, ss);
-  hm_purge_slab_take(ss, i); /* waits if a purger is giving it back right now */
+  bool intact = hm_purge_slab_take(ss, i); /* waits if a purger is giving it back right now */
   slab_t *s = &ss->slabs[i];
+  if (intact && s->carved != 0 && s->cls == cls) {
+    /* Released by this heap with every block it had carved on its lists,
+     * and not given back since: take it as it is, without carving again.
+     * (The list encoding key stays: the lists are not empty.) */
+    HM_ASSERT(s->used == 0 && !(s->flags & SLAB_FULL));
+    s->in_use = SLAB_ACTIVE;
+    s->next = s->prev = NULL;
+    hm_slab_set_carved(s, s->carved); /* frees into it are valid again */
+    hm_stats_carved(cls, s->carved);
+    return s;
+  }
   size_t bytes = (size_t)1 << ss->slab_shift;
   char *start = (char *)ss + ((size_t)i << ss->slab_shift);
   if (i == 0) {
@@ -195,7 +213,11 @@ static bool slab_release(heap_t *h, slab_t *s) {
   if (s->in_use == SLAB_LISTED) avail_unlink(h, s);
   s->in_use = SLAB_UNUSED;
   HM_ASSERT(!(s->flags & SLAB_FULL));
-  hm_slab_set_carved(s, 0); /* a free into an unused slab is invalid */
+  /* A free into an unused slab is invalid: carved is 0 in its shape. The
+   * descriptor keeps its count and lists (all carved blocks, every one
+   * free), so that taking the slab again for the class needs no carving
+   * (ss_take_slab). */
+  __atomic_store_n(&ss->shape[s->index].carved, 0, __ATOMIC_RELAXED);
   atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
   bool had_none = ss->free_mask == 0;
   ss->free_mask |= 1u << s->index;

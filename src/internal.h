@@ -378,7 +378,9 @@ extern HM_HIDDEN size_t hm_rss_limit;          /* bytes; 0: no limit */
 extern HM_HIDDEN _Atomic uint64_t hm_purge_due_ns; /* when a purge step is due */
 HM_HIDDEN void hm_purge_init(void);
 HM_HIDDEN void hm_purge_slab_unused(superslab_t *ss, unsigned i);
-HM_HIDDEN void hm_purge_slab_take(superslab_t *ss, unsigned i);
+/* The owner takes unused slab i again; true if its memory is as it was
+ * left (not given back to the OS meanwhile). */
+HM_HIDDEN bool hm_purge_slab_take(superslab_t *ss, unsigned i);
 HM_HIDDEN size_t hm_purge_ss_leave(superslab_t *ss);
 HM_HIDDEN size_t hm_purge_ss_now(superslab_t *ss);
 /* Something became unused at `now` (ns): a step is due after the delay.

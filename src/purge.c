@@ -168,12 +168,13 @@ void hm_purge_slab_unused(superslab_t *ss, unsigned i) {
     hm_purge_note_idle(now);
 }
 
-void hm_purge_slab_take(superslab_t *ss, unsigned i) {
+bool hm_purge_slab_take(superslab_t *ss, unsigned i) {
   uint32_t bit = 1u << i;
   if (atomic_fetch_and(&ss->dirty, ~bit) & bit) { /* resident, and now ours */
     atomic_fetch_sub_explicit(&dirty_bytes, slab_bytes(ss, i), memory_order_relaxed);
-    return;
+    return true;
   }
+  if (hm_purge_mode == PURGE_OFF) return true; /* (nothing is given back) */
   /* never used since the SuperSlab was set up, given back, or being given back */
   for (unsigned spins = 0; atomic_load(&ss->purging) & bit; spins++) {
     if (spins < 64)
@@ -188,6 +189,7 @@ void hm_purge_slab_take(superslab_t *ss, unsigned i) {
     hm_purge_regret(now - (uint64_t)ago_ms * 1000000u, now);
     hm_os_purged_sub(slab_bytes(ss, i)); /* it reads as zeros; resident again as it is used */
   }
+  return false;
 }
 
 size_t hm_purge_ss_leave(superslab_t *ss) {
