@@ -606,7 +606,9 @@ HM_INLINE void *hm_slab_pop(heap_t *h, slab_t *s, size_t n) {
   }
   (void)h;
   hm_check_block(s, b);
-  s->free = hm_next_decode(s, b);
+  block_t *next = hm_next_decode(s, b);
+  s->free = next;
+  __builtin_prefetch(next); /* the next pop reads its link: start the load now */
   s->used++;
   HM_STAT_ADD(h, alloc[s->cls], 1);
   return hm_block_handout(s, b); /* hardening: clears the free tag (secure: checks) */
