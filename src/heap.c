@@ -579,6 +579,7 @@ static void heap_reset(heap_t *h) {
   }
   for (unsigned k = 0; k < NUM_KINDS; k++) h->partial[k] = NULL;
   h->all = NULL;
+  memset(h->idle_seen, 0, sizeof h->idle_seen);
   atomic_store(&h->pending_hint, 0);
   h->next_free = NULL;
 }
@@ -820,18 +821,47 @@ void hm_heap_reclaim_abandoned(void) {
 /* hak_collect: give back what the calling thread holds unused: its empty
  * current slabs, slabs emptied by other threads' frees, and the unused
  * slabs of its SuperSlabs. Returns the bytes given back with madvise. */
+/* all (hak_collect): every empty current slab, remote frees collected
+ * first. Otherwise (a purge step) only one left untouched since the last
+ * step, and not the last in use in its SuperSlab (which would go to the
+ * backend). */
+static void heap_release_empty_cur(heap_t *h, bool all) {
+  for (unsigned c = 0; c < NUM_CLASSES; c++) {
+    slab_t *s = h->cur[c];
+    if (s == &hm_empty_slab || s->in_use == SLAB_FOREIGN) continue;
+    if (all) slab_collect_remote(s);
+    if (s->used != 0) continue;
+    if (!all) {
+      /* a malloc changes free, a free local_free: unchanged, it was idle */
+      bool idle = h->idle_seen[c] == s && h->idle_heads[c] == ((uintptr_t)s->free ^ (uintptr_t)s->local_free);
+      h->idle_seen[c] = s;
+      h->idle_heads[c] = (uintptr_t)s->free ^ (uintptr_t)s->local_free;
+      superslab_t *ss = hm_ss_of(s);
+      if (!idle || (ss->free_mask | 1u << s->index) == ss_all_mask(ss)) continue;
+    }
+    heap_set_cur(h, c, &hm_empty_slab);
+    slab_release(h, s);
+  }
+}
+
+/* A purge step: the calling thread's current slabs that are empty and were
+ * not used since the last step go back to their SuperSlabs, so that a
+ * later step gives them back if they stay unused (an emptied slab is kept
+ * current for the next malloc, and a class no longer used would keep it
+ * resident for good). Taken again, a slab not yet given back needs no
+ * carving (ss_take_slab). A slab that would empty its SuperSlab stays:
+ * with the SuperSlab gone, a second free of one of its blocks could only
+ * be called an invalid free. */
+void hm_heap_release_empty_cur(void) {
+  heap_t *h = hm_tls_heap;
+  if (h != &hm_empty_heap) heap_release_empty_cur(h, false);
+}
+
 size_t hm_heap_collect_own(void) {
   heap_t *h = hm_tls_heap;
   if (h == &hm_empty_heap) return 0;
   if (atomic_load_explicit(&h->pending_hint, memory_order_relaxed)) heap_process_pending(h);
-  for (unsigned c = 0; c < NUM_CLASSES; c++) {
-    slab_t *s = h->cur[c];
-    if (s == &hm_empty_slab || s->in_use == SLAB_FOREIGN) continue;
-    slab_collect_remote(s);
-    if (s->used != 0) continue;
-    heap_set_cur(h, c, &hm_empty_slab);
-    slab_release(h, s);
-  }
+  heap_release_empty_cur(h, true);
   size_t bytes = 0;
   superslab_t *next;
   for (superslab_t *ss = h->all; ss != NULL; ss = next) {

@@ -245,6 +245,10 @@ typedef struct heap {
   /* minus foreign[c].used = blocks cached; both count mod 2^16 (used is
    * the slab's 16-bit count, which wraps as the cache is used) */
   uint16_t foreign_pushed[NUM_CLASSES];
+  /* purge steps: each class's current slab as last seen empty, and its
+   * list heads then (hm_heap_release_empty_cur) */
+  slab_t *idle_seen[NUM_CLASSES];
+  uintptr_t idle_heads[NUM_CLASSES];
   superslab_t *all;                /* every owned SS */
   _Atomic int pending_hint;        /* some owned SS has pending notifications */
   struct heap *next_free;          /* heap pool */
@@ -305,6 +309,7 @@ HM_HIDDEN void hm_heap_flush_foreign(heap_t *h);
 HM_HIDDEN void hm_heap_thread_exit(heap_t *h);
 HM_HIDDEN void hm_heap_reclaim_abandoned(void);
 HM_HIDDEN size_t hm_heap_collect_own(void);
+HM_HIDDEN void hm_heap_release_empty_cur(void);
 HM_HIDDEN void hm_heap_fork_prepare(void);
 HM_HIDDEN void hm_heap_fork_parent(void);
 HM_HIDDEN void hm_heap_fork_child(void);

@@ -392,6 +392,7 @@ static void purge_tick_slow(void) {
       atomic_load_explicit(&bg_state, memory_order_relaxed) == 0 &&
       atomic_load_explicit(&hm_init_state, memory_order_acquire) == 2)
     start_bg();
+  if (hm_purge_mode == PURGE_LAZY) hm_heap_release_empty_cur(); /* (the caller's own heap) */
   if (pthread_mutex_trylock(&purge_lock) == 0) { /* else another thread is at it */
     run_due(hm_now_ns());
     pthread_mutex_unlock(&purge_lock);
