@@ -105,7 +105,13 @@ enum { SLAB_UNUSED = 0, SLAB_ACTIVE = 1, SLAB_LISTED = 2, SLAB_FOREIGN = 3 };
 typedef struct slab {
   block_t *free;               /* allocations pop here */
   block_t *local_free;         /* the owner's frees */
+#ifdef HAKMEM_SECURE
+  /* On the line that every malloc and free reads anyway (docs/SECURITY.md);
+   * the remote list goes to the second line in its place. */
+  uintptr_t key;               /* free-list pointers are stored xor key xor their address */
+#else
   _Atomic uintptr_t remote;    /* other threads' frees (LIFO); bit 0: notify owner */
+#endif
   uint32_t start_off;          /* first block, as an offset in the SuperSlab */
   uint32_t block_size;
   uint32_t div_inv;            /* checks: inverse of block_size's odd part mod 2^32 */
@@ -119,12 +125,13 @@ typedef struct slab {
   uint8_t index;               /* position in the SuperSlab */
   struct slab *next, *prev;    /* heap's list of slabs with free blocks */
 #ifdef HAKMEM_SECURE
-  uintptr_t key;               /* free-list pointers are stored xor key xor their address */
+  _Atomic uintptr_t remote;    /* other threads' frees (LIFO); bit 0: notify owner */
   uint8_t secure_pad_[56];
 #endif
 } slab_t;
 #ifdef HAKMEM_SECURE
 _Static_assert(sizeof(slab_t) == 128, "secure slab descriptor: two cache lines");
+_Static_assert(offsetof(slab_t, prev) < 64, "secure: all but the remote list on the first line");
 #else
 _Static_assert(sizeof(slab_t) == 64, "slab descriptor is one cache line");
 #endif
