@@ -173,7 +173,8 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
   s->capacity = (uint16_t)(bytes / s->block_size);
   hm_slab_set_carved(s, 0);
   s->flags = 0;
-  ss->slab_cls[i] = (uint8_t)cls;
+  /* (clears SLAB_CLS_CACHED: an unused slab has no block in any foreign cache) */
+  __atomic_store_n(&ss->slab_cls[i], (uint8_t)cls, __ATOMIC_RELAXED);
   s->in_use = SLAB_ACTIVE;
   s->start_off = (uint32_t)(start - (char *)ss);
   s->next = s->prev = NULL;
@@ -686,7 +687,14 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
     }
     h = created;
   }
-  unsigned c = ss->slab_cls[((uintptr_t)b & SS_MASK) >> ss->slab_shift];
+  uint8_t *cls = &ss->slab_cls[((uintptr_t)b & SS_MASK) >> ss->slab_shift];
+  unsigned c = __atomic_load_n(cls, __ATOMIC_RELAXED);
+#ifndef HAKMEM_NO_CHECKS
+  /* Tell the owner's double-free check that a block of this slab may sit
+   * in a cache it cannot scan (once per slab: the line stays shared). */
+  if (unlikely(!(c & SLAB_CLS_CACHED))) __atomic_fetch_or(cls, SLAB_CLS_CACHED, __ATOMIC_RELAXED);
+#endif
+  c &= ~SLAB_CLS_CACHED;
   HM_STAT_ADD(h, free_remote[c], 1);
   slab_t *f = &h->foreign[c];
   b->next = f->local_free;

@@ -136,6 +136,9 @@ _Static_assert(offsetof(slab_t, prev) < 64, "secure: all but the remote list on 
 _Static_assert(sizeof(slab_t) == 64, "slab descriptor is one cache line");
 #endif
 
+#define SLAB_CLS_CACHED 0x80u
+_Static_assert(NUM_CLASSES <= SLAB_CLS_CACHED, "a class fits below the foreign-cache bit");
+
 typedef struct superslab {
   /* First, so that a slab's descriptor is at ss + 64 * index. */
   slab_t slabs[SS_MAX_SLABS];
@@ -149,7 +152,10 @@ typedef struct superslab {
   struct superslab *next, *prev;         /* partial list / backend / abandoned */
   struct superslab *all_next, *all_prev; /* owner's list of all its SSs */
   /* Each slab's class, read by other threads' frees: a line the owner
-   * rarely writes, unlike the slab descriptors. */
+   * rarely writes, unlike the slab descriptors. Bit SLAB_CLS_CACHED: a block
+   * of the slab went into another thread's foreign cache since the slab was
+   * taken (set by that thread, once), where the owner's double-free check
+   * cannot see it (misuse.c). Relaxed atomics: other threads write it. */
   uint8_t slab_cls[SS_MAX_SLABS];
   /* Giving unused slabs back (purge.c); one bit per slab. Only the owner
    * sets `dirty`; a purger claims bits by setting `purging` and clearing
