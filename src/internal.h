@@ -155,7 +155,7 @@ typedef struct superslab {
    * rarely writes, unlike the slab descriptors. Bit SLAB_CLS_CACHED: a block
    * of the slab went into another thread's foreign cache since the slab was
    * taken (set by that thread, once), where the owner's double-free check
-   * cannot see it (misuse.c). Relaxed atomics: other threads write it. */
+   * cannot see it (misuse.c). Other threads read and set it atomically. */
   uint8_t slab_cls[SS_MAX_SLABS];
   /* Giving unused slabs back (purge.c); one bit per slab. Only the owner
    * sets `dirty`; a purger claims bits by setting `purging` and clearing
