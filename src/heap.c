@@ -137,18 +137,22 @@ void hm_check_slab(const slab_t *s) {
 /* ---- slabs ------------------------------------------------------------- */
 
 /* Class, block size and the constants of the division-free block check
- * (hm_slab_holds): block_size = m << k with m odd; m^-1 mod 2^32 by Newton's
- * iteration (m * m == 1 mod 8: 3 bits, doubling each step). */
+ * (hm_slab_holds): block_size = m << k with m odd; m^-1 by Newton's iteration
+ * (m * m == 1 mod 8: 3 bits, doubling each step), mod 2^32 (secure: 2^64). */
 static void slab_set_class(slab_t *s, unsigned cls) {
   uint32_t d = hm_class_size[cls];
   unsigned k = (unsigned)__builtin_ctz(d);
-  uint32_t m = d >> k, inv = m;
-  for (int i = 0; i < 4; i++) inv *= 2u - m * inv;
-  HM_ASSERT(m * inv == 1u && k >= 4);
+  uint64_t m = d >> k, inv = m;
+  for (int i = 0; i < 5; i++) inv *= 2u - m * inv;
+  HM_ASSERT(m * inv == 1u && k >= 4 && k < 32);
   s->cls = (uint8_t)cls;
   s->block_size = d;
-  s->div_inv = inv;
+#ifdef HAKMEM_SECURE
+  s->div_mul = inv * (1u + ((uint64_t)1 << (64 - k)));
+#else
+  s->div_inv = (uint32_t)inv;
   s->div_shift = (uint8_t)k;
+#endif
 }
 
 static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {

@@ -102,16 +102,11 @@ struct heap;
 /* slab->in_use (heap.c describes the states) */
 enum { SLAB_UNUSED = 0, SLAB_ACTIVE = 1, SLAB_LISTED = 2, SLAB_FOREIGN = 3 };
 
+#ifndef HAKMEM_SECURE
 typedef struct slab {
   block_t *free;               /* allocations pop here */
   block_t *local_free;         /* the owner's frees */
-#ifdef HAKMEM_SECURE
-  /* On the line that every malloc and free reads anyway (docs/SECURITY.md);
-   * the remote list goes to the second line in its place. */
-  uintptr_t key;               /* free-list pointers are stored xor key xor their address */
-#else
   _Atomic uintptr_t remote;    /* other threads' frees (LIFO); bit 0: notify owner */
-#endif
   uint32_t start_off;          /* first block, as an offset in the SuperSlab */
   uint32_t block_size;
   uint32_t div_inv;            /* checks: inverse of block_size's odd part mod 2^32 */
@@ -124,16 +119,36 @@ typedef struct slab {
   uint8_t in_use;
   uint8_t index;               /* position in the SuperSlab */
   struct slab *next, *prev;    /* heap's list of slabs with free blocks */
-#ifdef HAKMEM_SECURE
-  _Atomic uintptr_t remote;    /* other threads' frees (LIFO); bit 0: notify owner */
-  uint8_t secure_pad_[56];
-#endif
 } slab_t;
-#ifdef HAKMEM_SECURE
-_Static_assert(sizeof(slab_t) == 128, "secure slab descriptor: two cache lines");
-_Static_assert(offsetof(slab_t, prev) < 64, "secure: all but the remote list on the first line");
-#else
 _Static_assert(sizeof(slab_t) == 64, "slab descriptor is one cache line");
+#else
+/* Secure mode: two lines. The first holds all that malloc and free read
+ * (with the key, at the end it cost a second line per call: a D1 miss more
+ * per four calls at ws 40,000) and the avail links; there is room for the
+ * block check's 64-bit multiplier, which saves the rotate (hm_slab_holds).
+ * The second holds what only slow paths and other threads' frees touch
+ * (remote frees thus stay off the owner's line). */
+typedef struct slab {
+  block_t *free;               /* allocations pop here */
+  block_t *local_free;         /* the owner's frees */
+  uintptr_t key;               /* free-list pointers are stored xor key xor their address */
+  uint64_t div_mul;            /* checks: the block check's multiplier */
+  uint32_t start_off;          /* first block, as an offset in the SuperSlab */
+  uint32_t limit;              /* checks: carved << (block_size's trailing zero bits) */
+  uint16_t used;               /* blocks handed out, remote-freed ones included */
+  uint16_t carved;             /* blocks carved so far (lazily, to spare RSS); 0 when unused */
+  uint8_t flags;               /* SLAB_FULL */
+  uint8_t cls;
+  uint8_t in_use;
+  uint8_t index;               /* position in the SuperSlab */
+  struct slab *next, *prev;    /* heap's list of slabs with free blocks */
+  _Atomic uintptr_t remote;    /* other threads' frees (LIFO); bit 0: notify owner */
+  uint32_t block_size;
+  uint16_t capacity;           /* blocks the slab can hold */
+  uint8_t secure_pad_[50];
+} slab_t;
+_Static_assert(sizeof(slab_t) == 128, "secure slab descriptor: two cache lines");
+_Static_assert(offsetof(slab_t, remote) == 64, "secure: malloc, free and the avail links read the first line");
 #endif
 
 #define SLAB_CLS_CACHED 0x80u
@@ -425,17 +440,32 @@ enum { HM_OP_FREE, HM_OP_REALLOC, HM_OP_USABLE };
  * Without a division: with block_size d = m << k (m odd), x -> rotr(x * m^-1
  * mod 2^32, k) is a bijection that maps x = j * d to j, so every other x maps
  * to at least 2^32 / d > carved. One compare checks alignment and range;
- * unused slabs have carved == 0. */
+ * unused slabs have carved == 0.
+ * Secure mode, whose descriptor has room for a 64-bit multiplier, saves the
+ * rotate: C = m^-1 * (1 + 2^(64-k)) mod 2^64 is odd, so f(x) = x * C mod 2^64
+ * is a bijection, with f(j * d) = j << k and inverse v -> v * m * (1 -
+ * 2^(64-k)); the x with f(x) < limit = carved << k are thus the carved block
+ * starts and values of at least 2^(64-k) > 2^32, which no 32-bit offset is. */
 HM_INLINE bool hm_slab_holds(const slab_t *s, const void *p) {
   uint32_t x = hm_ss_offset(p) - s->start_off;
+#ifdef HAKMEM_SECURE
+  /* limit: written by the owner only, read by any freeing thread */
+  return (uint64_t)x * s->div_mul < __atomic_load_n(&s->limit, __ATOMIC_RELAXED);
+#else
   uint32_t q = x * s->div_inv;
   unsigned k = s->div_shift;
   q = (q >> k) | (q << (-k & 31)); /* rotate right */
   /* carved: written by the owner only, read by any freeing thread */
   return q < __atomic_load_n(&s->carved, __ATOMIC_RELAXED);
+#endif
 }
 HM_INLINE void hm_slab_set_carved(slab_t *s, unsigned n) {
   __atomic_store_n(&s->carved, (uint16_t)n, __ATOMIC_RELAXED);
+#ifdef HAKMEM_SECURE
+  /* (carved << k <= the slab's bytes / m: 32 bits are enough) */
+  uint32_t limit = n == 0 ? 0 : (uint32_t)n << __builtin_ctz(s->block_size);
+  __atomic_store_n(&s->limit, limit, __ATOMIC_RELAXED);
+#endif
 }
 
 #ifdef HAKMEM_SECURE
