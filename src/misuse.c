@@ -6,9 +6,11 @@
  * and malloc_usable_size, which check the same before using a block:
  *   - not a block: "invalid free of 0x... (why)", with the reason;
  *   - tagged: a double free, unless a scan of the slab's free lists shows
- *     that the program merely stored the tag's value there (the owner only:
- *     no other thread may walk those lists; for others the tag decides, and a
- *     program cannot hit a random 64-bit value by chance).
+ *     that the program merely stored the tag's value there (the owner only,
+ *     and only for slabs none of whose blocks went into another thread's
+ *     foreign cache, which the scan cannot see: no other thread may walk
+ *     those lists; otherwise the tag decides, and a program cannot hit a
+ *     random 64-bit value by chance).
  * Reports go through hm_misuse: abort, or print and leave the block alone
  * under HAKMEM_ON_ERROR=warn. */
 #include "internal.h"
@@ -71,6 +73,9 @@ static bool on_list(const slab_t *s, const block_t *b, const void *p) {
 /* p holds the free tag: is it really on a free list of s? */
 static bool tagged_block_is_free(superslab_t *ss, slab_t *s, const void *p) {
   if (atomic_load_explicit(&ss->owner, memory_order_relaxed) != hm_tls_heap) return true;
+  /* Another thread's foreign cache, which no list here shows, may hold it:
+   * the tag decides, as for other threads. */
+  if (__atomic_load_n(&ss->shape[s->index].cls, __ATOMIC_RELAXED) & SLAB_CLS_CACHED) return true;
   /* The remote list only grows at its head while we (the only thread that
    * takes from it) hold a snapshot, so walking the snapshot is safe. */
   const block_t *r = (const block_t *)(atomic_load_explicit(&s->remote, memory_order_acquire) & ~REMOTE_NOTIFY);

@@ -249,6 +249,26 @@ static void c_double_remote_twice(void) {
   free_in_thread(thread_free_announced, a);
   no_block_twice(80);
 }
+/* The other thread is still alive at the owner's free: its first free left
+ * the block in that thread's foreign cache, not on any list of the slab. */
+static pthread_barrier_t cached_barrier;
+static void *thread_free_and_stay(void *p) {
+  free(p);
+  pthread_barrier_wait(&cached_barrier); /* freed */
+  pthread_barrier_wait(&cached_barrier); /* the owner's free is done */
+  return NULL;
+}
+static void c_double_cached_then_owner(void) {
+  char *a = malloc(80);
+  pthread_t t;
+  CHECK(pthread_barrier_init(&cached_barrier, NULL, 2) == 0, "pthread_barrier_init");
+  CHECK(pthread_create(&t, NULL, thread_free_and_stay, a) == 0, "pthread_create");
+  pthread_barrier_wait(&cached_barrier);
+  free(announce(a));
+  pthread_barrier_wait(&cached_barrier);
+  pthread_join(t, NULL);
+  no_block_twice(80);
+}
 /* a block of an exited thread (its SuperSlab abandoned), freed twice */
 static void *thread_alloc(void *unused) {
   (void)unused;
@@ -415,6 +435,7 @@ static const struct mcase cases[] = {
     {"double_owner_then_remote", c_double_owner_then_remote, ABORTS, "double free", "block already free", 0, 0},
     {"double_remote_then_owner", c_double_remote_then_owner, ABORTS, "double free", "block already free", 0, 0},
     {"double_remote_twice", c_double_remote_twice, ABORTS, "double free", "block already free", 0, 0},
+    {"double_cached_then_owner", c_double_cached_then_owner, ABORTS, "double free", "block already free", 0, 0},
     {"double_abandoned", c_double_abandoned, ABORTS, "double free", "block already free", 0, 0},
     {"double_released_slab", c_double_released_slab, ABORTS, "double free",
      "block already free; its slab has been emptied since", 0, 0},
