@@ -154,12 +154,7 @@ static void slab_set_class(slab_t *s, unsigned cls) {
    * store here made gcc lay heap_alloc out worse, +0.2 Ir/op.) */
   sh->cls = (uint8_t)cls;
   sh->block_size = d;
-#ifdef HAKMEM_SECURE
   sh->div_mul = inv * (1u + ((uint64_t)1 << (64 - k)));
-#else
-  sh->div_inv = (uint32_t)inv;
-  sh->div_shift = (uint8_t)k;
-#endif
 }
 
 static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {

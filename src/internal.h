@@ -152,30 +152,19 @@ _Static_assert(offsetof(slab_t, remote) == 64, "secure: malloc, free and the ava
  * (that cost bench_xthread a quarter of its time). Written by the owner
  * when the slab is set up and as it carves. */
 typedef struct {
-  uint32_t start_off;          /* = the descriptor's */
-  uint32_t block_size;         /* = the descriptor's */
-#ifdef HAKMEM_SECURE
   uint64_t div_mul;            /* checks: the block check's multiplier (hm_slab_holds) */
+  uint32_t start_off;          /* = the descriptor's */
   uint32_t limit;              /* checks: carved << (block_size's trailing zero bits) */
+  uint32_t block_size;         /* = the descriptor's */
   uint16_t carved;             /* = the descriptor's, 0 when unused (relaxed atomics) */
-  uint8_t cls;                 /* (bit SLAB_CLS_CACHED: see below) */
-  uint8_t pad_[9];
-#else
-  uint32_t div_inv;            /* checks: inverse of block_size's odd part mod 2^32 */
-  uint16_t carved;             /* = the descriptor's, 0 when unused (relaxed atomics) */
-  uint8_t div_shift;           /* checks: trailing zero bits of block_size */
   /* The slab's class. Bit SLAB_CLS_CACHED: a block of the slab went into
    * another thread's foreign cache since the slab was taken (set by that
    * thread, once), where the owner's double-free check cannot see it
    * (misuse.c). Other threads read and set it atomically. */
   uint8_t cls;
-#endif
+  uint8_t pad_[9];
 } slab_shape_t;
-#ifdef HAKMEM_SECURE
 _Static_assert(sizeof(slab_shape_t) == 32, "two shapes a cache line");
-#else
-_Static_assert(sizeof(slab_shape_t) == 16, "four shapes a cache line");
-#endif
 _Static_assert(sizeof(slab_t) % sizeof(slab_shape_t) == 0, "hm_free scales one index for both");
 
 #define SLAB_CLS_CACHED 0x80u
@@ -475,37 +464,25 @@ enum { HM_OP_FREE, HM_OP_REALLOC, HM_OP_USABLE };
 
 /* Is p (an address in its slab's SuperSlab, sh the slab's shape) the start
  * of a carved block of the slab?
- * Without a division: with block_size d = m << k (m odd), x -> rotr(x * m^-1
- * mod 2^32, k) is a bijection that maps x = j * d to j, so every other x maps
- * to at least 2^32 / d > carved. One compare checks alignment and range;
- * unused slabs have carved == 0.
- * Secure mode, whose shapes have room for a 64-bit multiplier, saves the
- * rotate: C = m^-1 * (1 + 2^(64-k)) mod 2^64 is odd, so f(x) = x * C mod 2^64
- * is a bijection, with f(j * d) = j << k and inverse v -> v * m * (1 -
- * 2^(64-k)); the x with f(x) < limit = carved << k are thus the carved block
- * starts and values of at least 2^(64-k) > 2^32, which no 32-bit offset is. */
+ * Without a division: with block_size d = m << k (m odd), C = m^-1 * (1 +
+ * 2^(64-k)) mod 2^64 is odd, so f(x) = x * C mod 2^64 is a bijection, with
+ * f(j * d) = j << k and inverse v -> v * m * (1 - 2^(64-k)); the x with
+ * f(x) < limit = carved << k are thus the carved block starts, and every
+ * other x maps to at least 2^(64-k) > 2^32, which no 32-bit offset is. One
+ * multiply and one compare check alignment and range; unused slabs have
+ * limit == 0. */
 HM_INLINE bool hm_slab_holds(const slab_shape_t *sh, const void *p) {
   uint32_t x = hm_ss_offset(p) - sh->start_off;
-#ifdef HAKMEM_SECURE
   /* limit: written by the owner only, read by any freeing thread */
   return (uint64_t)x * sh->div_mul < __atomic_load_n(&sh->limit, __ATOMIC_RELAXED);
-#else
-  uint32_t q = x * sh->div_inv;
-  unsigned k = sh->div_shift;
-  q = (q >> k) | (q << (-k & 31)); /* rotate right */
-  /* carved: written by the owner only, read by any freeing thread */
-  return q < __atomic_load_n(&sh->carved, __ATOMIC_RELAXED);
-#endif
 }
 /* The carved count as free checks it (0: every free into the slab is
  * invalid). */
 HM_INLINE void hm_shape_set_carved(slab_shape_t *sh, unsigned n) {
   __atomic_store_n(&sh->carved, (uint16_t)n, __ATOMIC_RELAXED);
-#ifdef HAKMEM_SECURE
   /* (carved << k <= the slab's bytes / m: 32 bits are enough) */
   uint32_t limit = n == 0 ? 0 : (uint32_t)n << __builtin_ctz(sh->block_size);
   __atomic_store_n(&sh->limit, limit, __ATOMIC_RELAXED);
-#endif
 }
 HM_INLINE void hm_slab_set_carved(slab_t *s, unsigned n) {
   s->carved = (uint16_t)n;
