@@ -33,15 +33,16 @@ static heap_t *heap_pool;                  /* heaps of exited threads, for reuse
 static superslab_t *abandoned[NUM_KINDS];  /* SuperSlabs of exited threads */
 static pthread_key_t heap_key;             /* its destructor runs at thread exit */
 
+/* The direct[] granules of each class: [tiny_gran[c], tiny_gran[c + 1])
+ * for a tiny class c, an empty range for the others (set up at start-up
+ * from hm_tiny_class). */
+static uint8_t tiny_gran[NUM_CLASSES + 1];
+
 /* Make s the current slab of class c, in cur[] and, for a tiny class, in
  * every direct[] granule of that class. */
 static void heap_set_cur(heap_t *h, unsigned c, slab_t *s) {
   h->cur[c] = s;
-  if (hm_class_size[c] > TINY_MAX) return;
-  for (unsigned g = hm_class_size[c] / 16; hm_tiny_class[g] == c; g--) {
-    h->direct[g] = s;
-    if (g == 0) break;
-  }
+  for (unsigned g = tiny_gran[c], end = tiny_gran[c + 1]; g < end; g++) h->direct[g] = s;
 }
 
 /* ---- lists ------------------------------------------------------------- */
@@ -502,11 +503,16 @@ static void *foreign_pop(heap_t *h, unsigned c) {
 
 static void *heap_alloc(heap_t *h, unsigned c) {
   slab_t *s = h->cur[c];
+  /* cur[c] still names s, which has nothing left (listed, FULL or the dry
+   * foreign cache): set to the empty slab only where something between may
+   * look (and not at all when the next slab follows at once: for a tiny
+   * class that is up to four stores) */
+  bool stale = false;
   for (;;) {
     if (s->in_use == SLAB_FOREIGN) {
       /* the cache ran dry (the fast path saw both lists empty) */
       if (s->free != NULL || s->local_free != NULL) return foreign_pop(h, c);
-      heap_set_cur(h, c, &hm_empty_slab);
+      stale = true;
     } else if (s != &hm_empty_slab) {
       hm_check_slab(s);
       /* Freed blocks first, then the class's other slabs' and the foreign
@@ -530,9 +536,13 @@ static void *heap_alloc(heap_t *h, unsigned c) {
       } else if (!slab_try_mark_full(s)) {
         continue;
       }
-      heap_set_cur(h, c, &hm_empty_slab);
+      stale = true;
     }
-    if (atomic_load_explicit(&h->pending_hint, memory_order_relaxed)) heap_process_pending(h);
+    if (atomic_load_explicit(&h->pending_hint, memory_order_relaxed)) {
+      if (stale) heap_set_cur(h, c, &hm_empty_slab); /* (it may release or list slabs) */
+      stale = false;
+      heap_process_pending(h);
+    }
     /* Cached blocks of other threads first: they are memory in use already. */
     if (h->foreign[c].local_free != NULL || h->foreign[c].free != NULL) return foreign_pop(h, c);
     s = h->avail[c];
@@ -540,6 +550,8 @@ static void *heap_alloc(heap_t *h, unsigned c) {
       HM_STAT_REFILL(h, HM_REFILL_LISTED, 0);
       avail_unlink(h, s);
     } else {
+      if (stale) heap_set_cur(h, c, &hm_empty_slab); /* (adopting may release slabs) */
+      stale = false;
       s = heap_new_slab(h, c);
       if (s == NULL) {
         errno = ENOMEM;
@@ -547,6 +559,7 @@ static void *heap_alloc(heap_t *h, unsigned c) {
       }
     }
     heap_set_cur(h, c, s);
+    stale = false;
   }
 }
 
@@ -557,7 +570,14 @@ static void heap_key_destructor(void *v) {
   if (h != NULL && h == hm_tls_heap) hm_heap_thread_exit(h);
 }
 
-void hm_heap_process_init(void) { pthread_key_create(&heap_key, heap_key_destructor); }
+void hm_heap_process_init(void) {
+  unsigned g = TINY_MAX / 16 + 1;
+  for (unsigned c = NUM_CLASSES + 1; c-- > 0;) { /* a class's first granule; past the tiny ones, the end */
+    while (g > 0 && c < NUM_CLASSES && hm_tiny_class[g - 1] == c) g--;
+    tiny_gran[c] = (uint8_t)g;
+  }
+  pthread_key_create(&heap_key, heap_key_destructor);
+}
 
 /* Blocks a heap caches per class from other threads' slabs: a byte budget
  * (HAKMEM_FOREIGN_CACHE_KB), at least 8 blocks unless the cache is off. */

@@ -1,5 +1,5 @@
 /* Size-class tables (generated once by the formula in internal.h's
- * hm_size_class; test_sizeclass checks that both agree).
+ * hm_size_class).
  *
  * Classes: 16-byte steps up to 256 B, then eight per power of two up to
  * 256 KiB, so no block wastes more than 1/9 of itself above 128 B. */
