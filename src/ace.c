@@ -672,6 +672,16 @@ size_t hm_large_release(uint64_t min_idle_ns) {
   return unmap_list(list);
 }
 
+void hm_large_resident(size_t res[2]) {
+  pthread_mutex_lock(&ace_lock);
+  for (size_t d = 0; d < DIR_SIZE; d++) {
+    span_t *leaf = atomic_load_explicit(&dir[d], memory_order_acquire);
+    for (size_t i = 0; leaf != NULL && i <= LEAF_MASK; i++)
+      if (leaf[i].state != SPAN_NONE) res[leaf[i].state == SPAN_CACHED] += hm_os_resident(leaf[i].base, leaf[i].len);
+  }
+  pthread_mutex_unlock(&ace_lock);
+}
+
 /* ---- realloc ----------------------------------------------------------------- */
 
 /* Does a live span start exactly at p? Lock held. */

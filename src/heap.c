@@ -847,3 +847,17 @@ void hm_ss_in_use(superslab_t *ss, size_t in_use[2]) {
     in_use[hm_class_size[cls] <= TINY_MAX ? HM_LANE_TINY : HM_LANE_MID] += used * hm_class_size[cls];
   }
 }
+
+void hm_ss_resident(superslab_t *ss, size_t res[NUM_KINDS + 1]) {
+  unsigned n = __atomic_load_n(&ss->nslabs, __ATOMIC_RELAXED), shift = __atomic_load_n(&ss->slab_shift, __ATOMIC_RELAXED);
+  unsigned kind = __atomic_load_n(&ss->kind, __ATOMIC_RELAXED);
+  if (n > SS_MAX_SLABS) n = SS_MAX_SLABS;
+  if (kind >= NUM_KINDS) return;
+  res[NUM_KINDS] += hm_os_resident(ss, SS_HEADER_SIZE);
+  for (unsigned i = 0; i < n; i++) {
+    char *a = (char *)ss + ((size_t)i << shift) + (i == 0 ? SS_HEADER_SIZE : 0);
+    size_t r = hm_os_resident(a, (size_t)(((char *)ss + ((size_t)(i + 1) << shift)) - a));
+    bool used = __atomic_load_n(&ss->slabs[i].in_use, __ATOMIC_RELAXED) != SLAB_UNUSED;
+    res[used ? kind : NUM_KINDS] += r;
+  }
+}
