@@ -158,6 +158,7 @@ size_t hm_os_resident_estimate(void) {
   size_t c = atomic_load_explicit(&committed, memory_order_relaxed);
   size_t p = atomic_load_explicit(&purged, memory_order_relaxed);
   size_t untouched = atomic_load_explicit(&region_left, memory_order_relaxed);
+  untouched += hm_large_cached_clean(); /* cached large spans never used or given back */
   return c > p + untouched ? c - p - untouched : 0;
 }
 

@@ -356,9 +356,13 @@ HM_HIDDEN void hm_large_fork_child(void);
 /* Give back the large lane's cached spans idle for at least min_idle_ns
  * (0: all of them); returns the bytes given back. */
 HM_HIDDEN size_t hm_large_release(uint64_t min_idle_ns);
-/* When hm_large_release(min_idle_ns) will next have a used span to give
- * back (UINT64_MAX: none cached). */
-HM_HIDDEN uint64_t hm_large_next_due(uint64_t min_idle_ns);
+/* Give back (madvise) the pages of the cached spans idle for at least
+ * min_idle_ns, oldest first, at most about `budget` bytes; they stay
+ * mapped and cached. *next_due is lowered to when the next one becomes due
+ * (now if the budget ran out). Returns the bytes given back. */
+HM_HIDDEN size_t hm_large_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due);
+/* Cached spans' bytes that are not resident. */
+HM_HIDDEN size_t hm_large_cached_clean(void);
 /* purge.c: giving unused memory back (docs/DESIGN.md, "Memory given back") */
 enum { PURGE_LAZY = 0, PURGE_EAGER = 1, PURGE_OFF = 2 };
 extern HM_HIDDEN int hm_purge_mode;
