@@ -59,6 +59,7 @@ void __tsan_release(void *addr);
 #define ACE_REFILL_MIN ((size_t)16 << 20)     /* a miss for a short span maps at least this */
 #define ACE_REFILL_MAX ((size_t)ACE_BUCKETS << SS_SHIFT) /* the rest fits a bucket */
 #define ACE_LIMIT ((size_t)1 << REG_ADDR_BITS) /* larger requests: Threshold */
+#define ACE_SHRINK_MOVE ((size_t)64 << 10)     /* realloc to this or less moves a block into the Pool */
 
 /* SPAN_PURGING: out of the cache while a purge step gives its pages back. */
 enum { SPAN_NONE = 0, SPAN_USED = 1, SPAN_CACHED = 2, SPAN_PURGING = 3 };
@@ -416,8 +417,8 @@ static span_t *coalesce(span_t *s, uint64_t now, uint64_t *freed_ns, bool any) {
  * merges with a cached neighbour (and so leaves its length). */
 static void cache_put(span_t *s, uint64_t now, bool spare, span_t **list) {
   size_t k = s->len >> SS_SHIFT;
-  bool room = spare || buckets[k].count < buckets[k].cap;
   if (k <= ACE_BUCKETS && s->len <= max_cached()) {
+    bool room = spare || buckets[k].count < buckets[k].cap;
     uint64_t freed_ns = now;
     size_t len = s->len;
     s = coalesce(s, now, &freed_ns, !room);
@@ -539,7 +540,9 @@ static span_t *cache_take(size_t len, size_t need, size_t align, uint64_t now, s
   }
   cache_unlink(s);
   s->state = SPAN_USED;
-  if (s->len > len) span_split(s, len, now, list);
+  /* (the rest keeps its age: splitting a request off an idle span must
+   * not keep the rest from being given back) */
+  if (s->len > len) span_split(s, len, s->freed_ns, list);
   if (s->purged_ns != 0 && s->dirty < need) hm_purge_regret(s->purged_ns, now); /* faults again */
   s->purged_ns = 0;
   s->dirty = max_sz(s->dirty, need);
@@ -918,9 +921,13 @@ void *hm_large_realloc(void *p, size_t n) {
 static void *large_realloc(void *p, size_t n) {
   span_t *s = span_at(p, SPAN_USED);
   if (s == NULL) hm_fatal("invalid realloc", p, "not the start of a large block");
-  if (n <= SMALL_MAX) {
-    /* Below the lane: move to the Pool (at most SMALL_MAX bytes copied)
-     * and free the span; keep it in place if the Pool has no memory. */
+  if (n <= ACE_SHRINK_MOVE) {
+    /* Far below the lane: move to the Pool (at most ACE_SHRINK_MOVE bytes
+     * copied) and free the span; keep it in place if the Pool has no
+     * memory. Down to ACE_SHRINK_MOVE, a block stays in (the first chunk
+     * of) its span: its pages are resident already, where a copy would
+     * touch as many again in a Pool block that stays resident in its slab
+     * (bench_soak: peak RSS 132.5 -> 125.9 MiB). */
     int saved = errno;
     void *q = hm_malloc(n);
     if (q == NULL) {

@@ -7,7 +7,8 @@
  *   realloc     grow within the span, into a cached neighbour, in place by
  *               mremap, moved by mremap (counted, nothing mapped, content
  *               kept, registry follows: the old address is no block any more),
- *               shrink in place, shrink into the Pool, Pool -> large
+ *               shrink in place (also below the Pool limit, down to 64 KiB),
+ *               shrink into the Pool, Pool -> large
  *   aligned     alignments 8 KiB .. 32 MiB
  *   trim        malloc_trim(0) gives every cached span back
  *   release     hm_large_release(min_idle) unmaps only spans idle that long
@@ -257,7 +258,16 @@ static void test_realloc(void) {
   free(tail);
   free(q);
 
-  /* below the Pool limit: moved into the Pool, the span freed */
+  /* below the Pool limit but above 64 KiB: stays in the span's first chunk
+   * (no copy), the rest cached */
+  p = malloc(5 * MiB);
+  tc_fill(p, 200 * 1024, 11);
+  q = realloc(p, 200 * 1024);
+  CHECK(q == p && malloc_usable_size(q) == 2 * MiB, "shrink 6 MiB -> 200 KiB: %p -> %p, usable %zu", (void *)p,
+        (void *)q, malloc_usable_size(q));
+  CHECK_PATTERN(q, 200 * 1024, 11, "shrink to 200 KiB in place");
+  free(q);
+  /* to 64 KiB or less: moved into the Pool, the span freed */
   p = malloc(3 * MiB);
   tc_fill(p, 3 * MiB, 10);
   q = realloc(p, 1000);
