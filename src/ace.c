@@ -99,6 +99,7 @@ static size_t cache_bytes;
 static _Atomic size_t cache_clean;
 static _Atomic size_t mapped_bytes;     /* all spans, used and cached */
 static uint64_t next_epoch_ns;
+static uint64_t last_alloc_ns;          /* the last request the lane served (hm_large_purge) */
 
 static uintptr_t chunk_of(const void *p) { return (uintptr_t)p >> SS_SHIFT; }
 static size_t span_len_for(size_t n) { return n == 0 ? SS_SIZE : (n + SS_MASK) & ~(size_t)SS_MASK; }
@@ -351,6 +352,7 @@ static void cache_trim(span_t **list) {
     if (cut < oldest->len) {
       cache_unlink(oldest);
       oldest->len -= cut;
+      if (oldest->dirty > oldest->len) oldest->dirty = oldest->len;
       doom(span_record(oldest->base + oldest->len, cut, SPAN_USED), list);
       cache_push(oldest, oldest->freed_ns);
     } else {
@@ -627,6 +629,7 @@ static void *ace_alloc(size_t n, size_t asked_align, bool *fresh) {
   uint64_t now = hm_now_ns();
   pthread_mutex_lock(&ace_lock);
   size_t need = page_round(n + HM_GUARD_SIZE);
+  last_alloc_ns = now;
   if (align <= SS_SIZE) s = cache_take(len, need, align, now, &list);
   bool had_cache = cache_bytes != 0;
   /* A short span is refilled with an eighth of what the lane holds (16 to
@@ -786,6 +789,15 @@ size_t hm_large_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_
   span_t *list = NULL;
   size_t bytes = 0;
   pthread_mutex_lock(&ace_lock);
+  /* An idle purge waits until the lane itself has been idle that long:
+   * a working set of large blocks that swings leaves the spans of its
+   * deepest troughs unused for seconds between its peaks, and they are
+   * wanted again (the syscall budget with blocks up to 1 and 4 MiB). */
+  if (min_idle_ns != 0 && last_alloc_ns + min_idle_ns > now) {
+    if (last_alloc_ns + min_idle_ns < *next_due && cache_bytes != 0) *next_due = last_alloc_ns + min_idle_ns;
+    pthread_mutex_unlock(&ace_lock);
+    return 0;
+  }
   /* Oldest first, mostly (a purged span goes to the end of its list, a
    * reused one may come from the middle): every span is looked at. */
   for (unsigned k = 1; k <= ACE_BUCKETS; k++) {
@@ -798,7 +810,7 @@ size_t hm_large_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_
         continue;
       }
       if (bytes >= budget) {
-        *next_due = now; /* more is due: the next step comes at once */
+        *next_due = now; /* the step's budget ran out: the next comes at once */
         continue;
       }
       cache_unlink(s);

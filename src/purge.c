@@ -296,12 +296,10 @@ static size_t purge_step(uint64_t now, uint64_t delay_ns, size_t budget) {
     if (bytes < budget) bytes += purge_slabs(now, delay_ns, budget - bytes, &next);
   }
   /* The large lane's cached spans keep their mappings (reusing one costs
-   * page faults, not an mmap). In lazy mode they are given back after ten
-   * delays, at least LARGE_IDLE_NS, and outside the reserve: a working set
-   * of large blocks swings widely, and the spans of its troughs are soon
-   * wanted again (the syscall budget with blocks up to 1 MiB). */
-  uint64_t large_idle = delay_ns;
-  if (hm_purge_mode == PURGE_LAZY) large_idle = 10 * delay_ns < LARGE_IDLE_NS ? LARGE_IDLE_NS : 10 * delay_ns;
+   * page faults, not an mmap). In lazy mode they are given back after at
+   * least LARGE_IDLE_NS, outside the reserve, and only once the lane has
+   * served no request for as long (hm_large_purge). */
+  uint64_t large_idle = hm_purge_mode == PURGE_LAZY && delay_ns < LARGE_IDLE_NS ? LARGE_IDLE_NS : delay_ns;
   bytes += hm_large_purge(now, large_idle, STEP_BUDGET, &next);
   uint64_t cur = atomic_load(&hm_purge_due_ns);
   while (next < cur && !atomic_compare_exchange_weak(&hm_purge_due_ns, &cur, next)) {
