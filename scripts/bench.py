@@ -78,7 +78,7 @@ EXPECTED_SECS = {"bench_random_mixed": (0.6, 0.08), "bench_tiny": (0.8, 0.12), "
 STRACE_FACTOR = 1.3  # a strace run is a little slower
 
 # Extra figures some benchmarks print, kept in the JSON (median over runs).
-EXTRA_KEYS = ["rss_drift_pct", "ops_drift_pct", "rss_live_ratio", "rss_live_ratio_mean",
+EXTRA_KEYS = ["rss_drift_pct", "ops_drift_pct", "rss_live_ratio", "floor_ratio", "rss_live_ratio_mean",
               "rss_end_mb", "live_end_mb", "rss_after_free_mb", "peak_live_bytes",
               "thread_generations"]
 
@@ -445,13 +445,15 @@ def print_tables(results, bench_names, alloc_names):
 
     frag = results.get("frag")
     if frag:
-        rows = [[a, "%.2f" % frag[a]["extra"]["rss_live_ratio"]] for a in alloc_names
+        rows = [[a, "%.2f" % frag[a]["extra"]["rss_live_ratio"],
+                 "%.2f" % frag[a]["extra"].get("floor_ratio", float("nan"))] for a in alloc_names
                 if frag.get(a) and "rss_live_ratio" in frag[a].get("extra", {})]
         if rows:
             log("")
             log("frag: RSS / live bytes after half of a heap of small blocks is freed at random and mid-size "
-                "blocks are allocated")
-            table(["allocator", "rss/live"], rows)
+                "blocks are allocated; floor: the pages the live small blocks cover plus the live mid bytes, "
+                "over the live bytes (what no allocator that keeps blocks in place can go below)")
+            table(["allocator", "rss/live", "floor"], rows)
 
     failures = [(b, a, s) for b in bench_names for a, s in results.get(b, {}).items() if s["status"] != "ok"]
     if failures:
@@ -548,12 +550,12 @@ def write_markdown(path, data):
         out.append("frag (median over the runs): RSS / live bytes after half of a heap of small blocks is freed at "
                    "random and mid-size blocks are allocated:")
         out.append("")
-        out.append("| allocator | RSS/live |")
-        out.append("|---|---:|")
+        out.append("| allocator | RSS/live | floor |")
+        out.append("|---|---:|---:|")
         for a in allocs:
             e = (frag.get(a) or {}).get("extra")
             if e and "rss_live_ratio" in e:
-                out.append("| %s | %.2f |" % (a, e["rss_live_ratio"]))
+                out.append("| %s | %.2f | %.2f |" % (a, e["rss_live_ratio"], e.get("floor_ratio", float("nan"))))
     if data.get("notes"):
         out.append("")
         for n in data["notes"]:

@@ -158,6 +158,7 @@ size_t hm_os_resident_estimate(void) {
   size_t c = atomic_load_explicit(&committed, memory_order_relaxed);
   size_t p = atomic_load_explicit(&purged, memory_order_relaxed);
   size_t untouched = atomic_load_explicit(&region_left, memory_order_relaxed);
+  untouched += hm_large_cached_clean(); /* cached large spans never used or given back */
   return c > p + untouched ? c - p - untouched : 0;
 }
 
@@ -392,6 +393,28 @@ size_t hm_backend_cached_bytes(void) {
   pthread_mutex_lock(&backend_lock);
   size_t bytes = (size_t)(region_end - region_cur);
   bytes += cache_n * SS_SIZE;
+  pthread_mutex_unlock(&backend_lock);
+  return bytes;
+}
+
+/* Resident bytes of [p, p+len) (p page aligned), by mincore: the report's
+ * breakdown of where the RSS is. */
+size_t hm_os_resident(const void *p, size_t len) {
+  unsigned char vec[512];
+  size_t pages = 0;
+  for (size_t off = 0; off < len; off += sizeof vec * PAGE_SIZE_) {
+    size_t l = len - off < sizeof vec * PAGE_SIZE_ ? len - off : sizeof vec * PAGE_SIZE_;
+    if (mincore((char *)p + off, l, vec) != 0) continue;
+    for (size_t i = 0; i < (l + PAGE_SIZE_ - 1) / PAGE_SIZE_; i++) pages += vec[i] & 1u;
+  }
+  return pages * PAGE_SIZE_;
+}
+
+/* Resident bytes of the cached empty SuperSlabs. */
+size_t hm_backend_cached_resident_now(void) {
+  pthread_mutex_lock(&backend_lock);
+  size_t bytes = 0;
+  for (size_t i = 0; i < cache_n; i++) bytes += hm_os_resident(cache[i].ss, SS_SIZE);
   pthread_mutex_unlock(&backend_lock);
   return bytes;
 }

@@ -371,6 +371,14 @@ HM_HIDDEN size_t hm_backend_cached_bytes(void);
 HM_HIDDEN size_t hm_os_purged_bytes(void);
 /* heap.c, for the report: bytes in blocks handed out, per slab lane */
 HM_HIDDEN void hm_ss_in_use(superslab_t *ss, size_t in_use[2]);
+/* The report's resident breakdown (mincore): bytes resident in [p, p+len);
+ * of the cached empty SuperSlabs; of a SuperSlab's slabs in use (by kind,
+ * res[kind]) and unused (res[NUM_KINDS], header included); of the large
+ * lane's spans in use (res[0]) and cached (res[1]). */
+HM_HIDDEN size_t hm_os_resident(const void *p, size_t len);
+HM_HIDDEN size_t hm_backend_cached_resident_now(void);
+HM_HIDDEN void hm_ss_resident(superslab_t *ss, size_t res[NUM_KINDS + 1]);
+HM_HIDDEN void hm_large_resident(size_t res[2]);
 /* Empty SuperSlabs idle for delay_ns are given back with madvise, oldest
  * first, at most `budget` bytes; *next_due is lowered to when the next one
  * becomes due (now if the budget ran out). Returns the bytes given back. */
@@ -400,9 +408,13 @@ HM_HIDDEN void hm_large_fork_child(void);
 /* Give back the large lane's cached spans idle for at least min_idle_ns
  * (0: all of them); returns the bytes given back. */
 HM_HIDDEN size_t hm_large_release(uint64_t min_idle_ns);
-/* When hm_large_release(min_idle_ns) will next have a used span to give
- * back (UINT64_MAX: none cached). */
-HM_HIDDEN uint64_t hm_large_next_due(uint64_t min_idle_ns);
+/* Give back (madvise) the pages of the cached spans idle for at least
+ * min_idle_ns, oldest first, at most about `budget` bytes; they stay
+ * mapped and cached. *next_due is lowered to when the next one becomes due
+ * (now if the budget ran out). Returns the bytes given back. */
+HM_HIDDEN size_t hm_large_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due);
+/* Cached spans' bytes that are not resident. */
+HM_HIDDEN size_t hm_large_cached_clean(void);
 /* purge.c: giving unused memory back (docs/DESIGN.md, "Memory given back") */
 enum { PURGE_LAZY = 0, PURGE_EAGER = 1, PURGE_OFF = 2 };
 extern HM_HIDDEN int hm_purge_mode;

@@ -277,7 +277,7 @@ static size_t purge_slabs(uint64_t now, uint64_t delay_ns, size_t budget, uint64
 
 /* ---- steps --------------------------------------------------------------- */
 
-/* Least idle time of a cached large span before a lazy purge unmaps it. */
+/* Least idle time of a cached large span before a lazy purge gives it back. */
 #define LARGE_IDLE_NS 1000000000ull
 
 /* One bounded step: what has been unused for delay_ns, oldest first, up to
@@ -297,12 +297,12 @@ static size_t purge_step(uint64_t now, uint64_t delay_ns, size_t budget) {
     bytes = hm_backend_purge_cached(now, delay_ns, budget, &next);
     if (bytes < budget) bytes += purge_slabs(now, delay_ns, budget - bytes, &next);
   }
-  /* Large spans are unmapped, and a span reused after that costs an mmap:
-   * in lazy mode they are given back after at least LARGE_IDLE_NS. */
+  /* The large lane's cached spans keep their mappings (reusing one costs
+   * page faults, not an mmap). In lazy mode they are given back after at
+   * least LARGE_IDLE_NS, outside the reserve, and only once the lane has
+   * served no request for as long (hm_large_purge). */
   uint64_t large_idle = hm_purge_mode == PURGE_LAZY && delay_ns < LARGE_IDLE_NS ? LARGE_IDLE_NS : delay_ns;
-  bytes += hm_large_release(large_idle);
-  uint64_t large_due = hm_large_next_due(large_idle);
-  if (large_due < next) next = large_due;
+  bytes += hm_large_purge(now, large_idle, STEP_BUDGET, &next);
   uint64_t cur = atomic_load(&hm_purge_due_ns);
   while (next < cur && !atomic_compare_exchange_weak(&hm_purge_due_ns, &cur, next)) {
   }
@@ -329,7 +329,7 @@ static void purge_to_limit(uint64_t now) {
     uint64_t next = UINT64_MAX;
     size_t got = hm_backend_purge_cached(now, 0, want, &next);
     if (got < want) got += purge_slabs(now, 0, want - got, &next);
-    if (got < want) got += hm_large_release(0);
+    if (got < want) got += hm_large_purge(now, 0, want - got, &next);
     if (got == 0) break;
   }
 }

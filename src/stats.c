@@ -54,7 +54,9 @@ void hm_stats_large(int sign, size_t usable, size_t mapped) {
   lane_counters_t *l = &lanes[HM_LANE_LARGE];
   if (sign > 0) {
     size_t n = atomic_fetch_add_explicit(&l->allocs, 1, memory_order_relaxed) + 1;
-    raise_peak(&large_blocks_peak, n - atomic_load_explicit(&l->frees, memory_order_relaxed));
+    /* (a resize counts its free first: frees may briefly exceed allocs) */
+    size_t f = atomic_load_explicit(&l->frees, memory_order_relaxed);
+    if (n > f) raise_peak(&large_blocks_peak, n - f);
     atomic_fetch_add_explicit(&large_mapped, mapped, memory_order_relaxed);
     lane_grew(l, atomic_fetch_add_explicit(&l->allocated, usable, memory_order_relaxed) + usable);
   } else {
@@ -107,6 +109,7 @@ static void merge_heaps(struct hak_stats *out) {
 #endif
 
 static void add_in_use(superslab_t *ss, void *arg) { hm_ss_in_use(ss, arg); }
+static void add_resident(superslab_t *ss, void *arg) { hm_ss_resident(ss, arg); }
 
 void hak_stats_get(struct hak_stats *out) {
   if (out == NULL) return;
@@ -196,6 +199,27 @@ static void put_num(struct sink *o, uint64_t v, size_t width) {
 
 static const char *const lane_names[HM_LANES] = {"tiny (<=1 KiB)", "mid (<=256 KiB)", "large"};
 
+static void put_mib(struct sink *o, const char *label, size_t bytes) {
+  put(o, label);
+  put_num(o, (bytes + (1u << 19)) >> 20, 0);
+  put(o, " MiB");
+}
+
+/* Where the resident memory is (mincore; the report only). */
+static void resident_line(struct sink *o) {
+  size_t ss[NUM_KINDS + 1] = {0}, large[2] = {0};
+  hm_backend_walk_ss(add_resident, ss);
+  hm_large_resident(large);
+  put_mib(o, "resident: slabs in use: small ", ss[KIND_SMALL]);
+  put_mib(o, ", medium ", ss[KIND_MEDIUM]);
+  put_mib(o, ", big ", ss[KIND_BIG]);
+  put_mib(o, "; unused slabs and headers ", ss[NUM_KINDS]);
+  put_mib(o, "; empty SuperSlabs ", hm_backend_cached_resident_now());
+  put_mib(o, "; large spans in use ", large[0]);
+  put_mib(o, ", cached ", large[1]);
+  put(o, "\n");
+}
+
 static void report(struct sink *o) {
   struct hak_stats st;
   hak_stats_get(&st);
@@ -254,6 +278,7 @@ static void report(struct sink *o) {
   put(o, ", mmap failures ");
   put_num(o, st.os.mmap_failures, 0);
   put(o, "\n");
+  resident_line(o);
   if (st.counters) {
     static const char *const src[HAK_REFILL_SOURCES] = {"carve", "local_free swap", "remote drain", "listed slab",
                                                         "unused slab", "adopted SuperSlab", "new SuperSlab"};

@@ -7,11 +7,17 @@
  *   realloc     grow within the span, into a cached neighbour, in place by
  *               mremap, moved by mremap (counted, nothing mapped, content
  *               kept, registry follows: the old address is no block any more),
- *               shrink in place, shrink into the Pool, Pool -> large
+ *               shrink in place (also below the Pool limit, down to 64 KiB),
+ *               shrink into the Pool, Pool -> large
  *   aligned     alignments 8 KiB .. 32 MiB
  *   trim        malloc_trim(0) gives every cached span back
- *   release     hm_large_release(min_idle) gives back only spans idle that
- *               long (what the purger calls)
+ *   release     hm_large_release(min_idle) unmaps only spans idle that long
+ *               (run with HAKMEM_PURGE=off, so that no purge step gives their
+ *               pages back first)
+ *   dirty       a request takes the cached span whose dirty extent fits it
+ *               best, not the newest; hm_large_purge (what the purger calls)
+ *               gives back the pages of spans idle that long and keeps them
+ *               mapped and cached
  *   bound       HAKMEM_ACE_MAX_MB is honoured (run with the variable set)
  *   trace       HAKMEM_ACE_TRACE=1 lines for Threshold, MapFail (RLIMIT_AS),
  *               Exhaustion, a failed realloc, and none for successes
@@ -252,7 +258,16 @@ static void test_realloc(void) {
   free(tail);
   free(q);
 
-  /* below the Pool limit: moved into the Pool, the span freed */
+  /* below the Pool limit but above 64 KiB: stays in the span's first chunk
+   * (no copy), the rest cached */
+  p = malloc(5 * MiB);
+  tc_fill(p, 200 * 1024, 11);
+  q = realloc(p, 200 * 1024);
+  CHECK(q == p && malloc_usable_size(q) == 2 * MiB, "shrink 6 MiB -> 200 KiB: %p -> %p, usable %zu", (void *)p,
+        (void *)q, malloc_usable_size(q));
+  CHECK_PATTERN(q, 200 * 1024, 11, "shrink to 200 KiB in place");
+  free(q);
+  /* to 64 KiB or less: moved into the Pool, the span freed */
   p = malloc(3 * MiB);
   tc_fill(p, 3 * MiB, 10);
   q = realloc(p, 1000);
@@ -302,6 +317,50 @@ static void test_trim(void) {
   mark();
   free(malloc(3 * MiB));
   CHECK(d_mmap() == 1, "after malloc_trim a large block still came from the cache");
+}
+
+static void test_dirty(void) {
+  malloc_trim(0);
+  /* three 2 MiB spans, each from one refill; the live third keeps the
+   * second from merging with the refill's clean rest */
+  char *big = malloc(1900 * 1024), *small = malloc(300 * 1024), *sep = malloc(300 * 1024);
+  CHECK(big && small && sep, "malloc");
+  memset(big, 1, 1900 * 1024);
+  memset(small, 1, 300 * 1024);
+  free(small);
+  free(big); /* newest, but dirty to 1900 KiB */
+  mark();
+  char *a = malloc(300 * 1024);
+  CHECK(a == small, "a 300 KiB request took %p, not the span dirty to 300 KiB (%p; newest %p)", (void *)a,
+        (void *)small, (void *)big);
+  char *b = malloc(1900 * 1024);
+  CHECK(b == big, "a 1900 KiB request took %p, not the span dirty to 1900 KiB (%p)", (void *)b, (void *)big);
+  CHECK(d_mmap() == 0, "reuse made %zu mmap calls", d_mmap());
+  free(a);
+  free(b);
+  /* purge: pages of spans idle that long given back, the spans kept */
+  struct hak_os_stats s0, s1;
+  hak_os_stats_get(&s0);
+  uint64_t due = UINT64_MAX;
+  CHECK(hm_large_purge(hm_now_ns(), 60ull * 1000 * 1000 * 1000, 64u << 20, &due) == 0,
+        "purge(idle 60 s) gave back spans freed just now");
+  CHECK(due != UINT64_MAX && due > hm_now_ns(), "purge(idle 60 s) set no due time");
+  size_t got = hm_large_purge(hm_now_ns(), 0, 64u << 20, &due);
+  hak_os_stats_get(&s1);
+  CHECK(got >= (1900 + 300) * 1024, "purge(0) gave back %zu KiB, expected at least 2200", got / 1024);
+  CHECK(s1.madvise_calls > s0.madvise_calls && s1.munmap_calls == s0.munmap_calls,
+        "purge made %zu madvise and %zu munmap calls", s1.madvise_calls - s0.madvise_calls,
+        s1.munmap_calls - s0.munmap_calls);
+  CHECK(s1.committed_bytes == s0.committed_bytes, "purge changed committed bytes");
+  CHECK(hm_large_purge(hm_now_ns(), 0, 64u << 20, &due) == 0, "a second purge found more");
+  mark();
+  a = malloc(1900 * 1024);
+  CHECK(a == big || a == small, "the purged spans were not reused (%p)", (void *)a);
+  CHECK(d_mmap() == 0, "reusing a purged span made %zu mmap calls", d_mmap());
+  memset(a, 2, 1900 * 1024);
+  free(a);
+  free(sep);
+  malloc_trim(0);
 }
 
 static void test_release(void) {
@@ -557,7 +616,7 @@ int main(int argc, char **argv) {
     const char *name;
     void (*fn)(void);
   } parts[] = {{"boundaries", test_boundaries}, {"cache", test_cache},   {"realloc", test_realloc},
-               {"aligned", test_aligned},       {"trim", test_trim},     {"release", test_release}, {"trace", test_trace},
+               {"aligned", test_aligned},       {"trim", test_trim},     {"release", test_release}, {"dirty", test_dirty}, {"trace", test_trace},
                {"invalid", test_invalid},       {"threads", test_threads}, {"bound", test_bound}};
   int ran = 0;
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
