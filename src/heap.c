@@ -138,8 +138,8 @@ void hm_check_slab(const slab_t *s) {
 /* ---- slabs ------------------------------------------------------------- */
 
 /* Class, block size and the constants of the division-free block check
- * (hm_slab_holds): block_size = m << k with m odd; m^-1 by Newton's iteration
- * (m * m == 1 mod 8: 3 bits, doubling each step), mod 2^32 (secure: 2^64). */
+ * (hm_slab_holds): block_size = m << k with m odd; m^-1 mod 2^64 by Newton's
+ * iteration (m * m == 1 mod 8: 3 bits, doubling each step). */
 static void slab_set_class(slab_t *s, unsigned cls) {
   uint32_t d = hm_class_size[cls];
   unsigned k = (unsigned)__builtin_ctz(d);
