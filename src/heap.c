@@ -156,6 +156,8 @@ static void slab_set_class(slab_t *s, unsigned cls) {
   sh->cls = (uint8_t)cls;
   sh->block_size = d;
   sh->div_mul = inv * (1u + ((uint64_t)1 << (64 - k)));
+  s->div_inv = (uint32_t)inv;
+  s->div_shift = (uint8_t)k;
 }
 
 static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {

@@ -116,6 +116,8 @@ typedef struct slab {
   uint8_t cls;
   uint8_t in_use;
   uint8_t index;               /* position in the SuperSlab */
+  uint8_t div_shift;           /* the owner's block check: block_size's trailing zero bits */
+  uint32_t div_inv;            /* the owner's block check: block_size's odd part's inverse mod 2^32 */
   struct slab *next, *prev;    /* heap's list of slabs with free blocks */
 } slab_t;
 _Static_assert(sizeof(slab_t) == 64, "slab descriptor is one cache line");
@@ -138,6 +140,8 @@ typedef struct slab {
   uint8_t cls;
   uint8_t in_use;
   uint8_t index;               /* position in the SuperSlab */
+  uint8_t div_shift;           /* the owner's block check: block_size's trailing zero bits */
+  uint32_t div_inv;            /* the owner's block check: block_size's odd part's inverse mod 2^32 */
   struct slab *next, *prev;    /* heap's list of slabs with free blocks */
   _Atomic uintptr_t remote __attribute__((aligned(64))); /* other threads' frees (LIFO); bit 0: notify owner */
   uint8_t secure_pad_[56];
@@ -488,6 +492,16 @@ HM_INLINE bool hm_slab_holds(const slab_shape_t *sh, const void *p) {
   /* limit: written by the owner only, read by any freeing thread */
   return (uint64_t)x * sh->div_mul < __atomic_load_n(&sh->limit, __ATOMIC_RELAXED);
 }
+/* The same check for the slab's owner, from its descriptor, whose line the
+ * owner's free touches anyway (the shape is another line): x ->
+ * rotr(x * m^-1 mod 2^32, k) maps x = j * d to j and every other x to at
+ * least 2^32 / d > carved. */
+HM_INLINE bool hm_slab_holds_own(const slab_t *s, const void *p) {
+  uint32_t q = (hm_ss_offset(p) - s->start_off) * s->div_inv;
+  unsigned k = s->div_shift;
+  q = (q >> k) | (q << (-k & 31)); /* rotate right */
+  return q < s->carved;
+}
 /* The carved count as free checks it (0: every free into the slab is
  * invalid). */
 HM_INLINE void hm_shape_set_carved(slab_shape_t *sh, unsigned n) {
@@ -630,6 +644,19 @@ HM_INLINE bool hm_block_mark_free(const slab_shape_t *sh, void *p) {
 #endif
 }
 
+/* The same, by the slab's owner. */
+HM_INLINE bool hm_block_mark_free_own(const slab_t *s, void *p) {
+#ifdef HAKMEM_NO_CHECKS
+  (void)s;
+  (void)p;
+  return true;
+#else
+  if (unlikely(!hm_slab_holds_own(s, p) || ((uintptr_t *)p)[1] == hm_free_tag)) return false;
+  hm_block_tag_free(s->block_size, p);
+  return true;
+#endif
+}
+
 /* random.c: hm_random_u64 from the kernel (slow, any time); hm_random_fast
  * from a per-thread generator seeded by it */
 HM_HIDDEN uint64_t hm_random_u64(void);
@@ -704,12 +731,29 @@ HM_INLINE void hm_free(void *p) {
     superslab_t *ss = hm_ss_of(p);
     /* (one scaled index for both arrays: the addresses fold into the loads) */
     uintptr_t o = hm_slab_index(ss, p) * sizeof(slab_shape_t);
-    const slab_shape_t *sh = (const slab_shape_t *)((const char *)ss->shape + o);
-    if (unlikely(!hm_block_mark_free(sh, p))) { /* hardening */
+    slab_t *s = (slab_t *)((char *)ss->slabs + o * (sizeof(slab_t) / sizeof(slab_shape_t)));
+    heap_t *h = hm_tls_heap;
+    /* The owner checks the block against the descriptor it writes anyway,
+     * another thread against the shape (the descriptor's line stays with
+     * the owner). */
+    if (likely(atomic_load_explicit(&ss->owner, memory_order_relaxed) == h)) {
+      if (unlikely(!hm_block_mark_free_own(s, p))) { /* hardening */
+        hm_free_suspect(p);
+        return;
+      }
+      block_t *b = (block_t *)p;
+      hm_check_block(s, b);
+      HM_STAT_ADD(h, free_local[s->cls], 1);
+      hm_next_set(s, b, s->local_free);
+      s->local_free = b;
+      if (unlikely(--s->used == 0)) hm_free_local_slow(h, s); /* emptied, or FULL */
+      return;
+    }
+    if (unlikely(!hm_block_mark_free((const slab_shape_t *)((const char *)ss->shape + o), p))) {
       hm_free_suspect(p);
       return;
     }
-    hm_free_push(ss, (slab_t *)((char *)ss->slabs + o * (sizeof(slab_t) / sizeof(slab_shape_t))), (block_t *)p);
+    hm_free_foreign(h, ss, (block_t *)p);
     return;
   }
   hm_free_slow(p);
