@@ -631,30 +631,25 @@ HM_INLINE void hm_block_tag_free(uint32_t block_size, void *p) {
 
 /* free(p), p in a SuperSlab chunk: true if p is a block handed out and not
  * freed since, which is now marked free; false sends the caller to
- * hm_free_suspect (interior, unaligned, stale pointers; double frees). */
-HM_INLINE bool hm_block_mark_free(const slab_shape_t *sh, void *p) {
+ * hm_free_suspect (interior, unaligned, stale pointers; double frees).
+ * holds: the block check (not evaluated without the checks). */
 #ifdef HAKMEM_NO_CHECKS
-  (void)sh;
-  (void)p;
-  return true;
+#define HM_MARK_FREE(holds, block_size, p) ((void)sizeof(holds), (void)(block_size), (void)(p), true)
 #else
-  if (unlikely(!hm_slab_holds(sh, p) || ((uintptr_t *)p)[1] == hm_free_tag)) return false;
-  hm_block_tag_free(sh->block_size, p);
+#define HM_MARK_FREE(holds, block_size, p) (likely(holds) && hm_block_tag_unless_tagged((block_size), (p)))
+HM_INLINE bool hm_block_tag_unless_tagged(uint32_t block_size, void *p) {
+  if (unlikely(((uintptr_t *)p)[1] == hm_free_tag)) return false;
+  hm_block_tag_free(block_size, p);
   return true;
-#endif
 }
-
-/* The same, by the slab's owner. */
-HM_INLINE bool hm_block_mark_free_own(const slab_t *s, void *p) {
-#ifdef HAKMEM_NO_CHECKS
-  (void)s;
-  (void)p;
-  return true;
-#else
-  if (unlikely(!hm_slab_holds_own(s, p) || ((uintptr_t *)p)[1] == hm_free_tag)) return false;
-  hm_block_tag_free(s->block_size, p);
-  return true;
 #endif
+/* by a thread other than the owner: the block check from the shape */
+HM_INLINE bool hm_block_mark_free(const slab_shape_t *sh, void *p) {
+  return HM_MARK_FREE(hm_slab_holds(sh, p), sh->block_size, p);
+}
+/* by the slab's owner: the block check from its descriptor */
+HM_INLINE bool hm_block_mark_free_own(const slab_t *s, void *p) {
+  return HM_MARK_FREE(hm_slab_holds_own(s, p), s->block_size, p);
 }
 
 /* random.c: hm_random_u64 from the kernel (slow, any time); hm_random_fast
