@@ -266,32 +266,35 @@ static void cache_check(void) {
 #define cache_check() ((void)0)
 #endif
 
-static void cache_push(span_t *s, uint64_t freed_ns) {
+/* Span s enters the cache: its state and the counts (the caller links it
+ * into its bucket, b). */
+static bucket_t *cache_enter(span_t *s) {
   bucket_t *b = &buckets[s->len >> SS_SHIFT];
   s->state = SPAN_CACHED;
+  b->count++;
+  cache_bytes += s->len;
+  atomic_fetch_add_explicit(&cache_clean, s->len - s->dirty, memory_order_relaxed);
+  return b;
+}
+
+static void cache_push(span_t *s, uint64_t freed_ns) {
+  bucket_t *b = cache_enter(s);
   s->freed_ns = freed_ns;
   s->prev = NULL;
   s->next = b->head;
   if (b->head != NULL) b->head->prev = s;
   else b->tail = s;
   b->head = s;
-  b->count++;
-  cache_bytes += s->len;
-  atomic_fetch_add_explicit(&cache_clean, s->len - s->dirty, memory_order_relaxed);
 }
 
 /* A span just purged goes last: it is the oldest, and the least wanted. */
 static void cache_push_oldest(span_t *s) {
-  bucket_t *b = &buckets[s->len >> SS_SHIFT];
-  s->state = SPAN_CACHED;
+  bucket_t *b = cache_enter(s);
   s->next = NULL;
   s->prev = b->tail;
   if (b->tail != NULL) b->tail->next = s;
   else b->head = s;
   b->tail = s;
-  b->count++;
-  cache_bytes += s->len;
-  atomic_fetch_add_explicit(&cache_clean, s->len - s->dirty, memory_order_relaxed);
 }
 
 static void cache_unlink(span_t *s) {
