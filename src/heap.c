@@ -464,7 +464,17 @@ static void heap_process_pending(heap_t *h) {
   }
 }
 
-static void heap_release_empty_cur(heap_t *h, bool all);
+static bool release_if_idle(heap_t *h, unsigned c, bool all);
+
+/* The look at the current slabs that emptied (emptied_cur): each released
+ * once it stayed empty and untouched since the previous look. */
+static void heap_release_emptied_cur(heap_t *h) {
+  for (unsigned w = 0; w < sizeof h->emptied_cur / sizeof h->emptied_cur[0]; w++)
+    for (uint64_t bits = h->emptied_cur[w]; bits != 0; bits &= bits - 1) {
+      unsigned c = w * 64 + (unsigned)__builtin_ctzll(bits);
+      if (!release_if_idle(h, c, false)) h->emptied_cur[w] &= ~((uint64_t)1 << (c % 64));
+    }
+}
 
 /* A slab for class c that is not the current one: from the owned
  * SuperSlabs, then adopted ones, then the backend. Other classes' current
@@ -474,7 +484,7 @@ static void heap_release_empty_cur(heap_t *h, bool all);
  * purge step. */
 static slab_t *heap_new_slab(heap_t *h, unsigned c) {
   unsigned kind = hm_class_kind[c];
-  heap_release_empty_cur(h, false);
+  heap_release_emptied_cur(h);
   for (;;) {
     superslab_t *ss = h->partial[kind];
     if (ss != NULL) {
@@ -615,6 +625,7 @@ static void heap_reset(heap_t *h) {
   for (unsigned k = 0; k < NUM_KINDS; k++) h->partial[k] = NULL;
   h->all = NULL;
   memset(h->idle_seen, 0, sizeof h->idle_seen);
+  memset(h->emptied_cur, 0, sizeof h->emptied_cur);
   atomic_store(&h->pending_hint, 0);
   h->next_free = NULL;
 }
@@ -672,7 +683,10 @@ void hm_free_local_slow(heap_t *h, slab_t *s) {
     avail_push(h, s);
   }
   if (s->used == 0) {
-    if (h->cur[s->cls] != s) slab_release(h, s); /* (the current one is kept for the next malloc) */
+    if (h->cur[s->cls] != s)
+      slab_release(h, s);
+    else /* kept for the next malloc; released if it stays idle (heap_new_slab) */
+      h->emptied_cur[s->cls / 64] |= (uint64_t)1 << (s->cls % 64);
     hm_purge_tick(); /* a slab emptied: also what a program freeing at a low rate does */
   }
 }
@@ -860,30 +874,33 @@ void hm_heap_reclaim_abandoned(void) {
   pthread_mutex_unlock(&heap_lock);
 }
 
-/* hak_collect: give back what the calling thread holds unused: its empty
- * current slabs, slabs emptied by other threads' frees, and the unused
- * slabs of its SuperSlabs. Returns the bytes given back with madvise. */
-/* all (hak_collect): every empty current slab, remote frees collected
- * first. Otherwise (a purge step) only one left untouched since the last
- * step, and not the last in use in its SuperSlab (which would go to the
- * backend). */
-static void heap_release_empty_cur(heap_t *h, bool all) {
-  for (unsigned c = 0; c < NUM_CLASSES; c++) {
-    slab_t *s = h->cur[c];
-    if (s == &hm_empty_slab || s->in_use == SLAB_FOREIGN) continue;
-    if (all) slab_collect_remote(s);
-    if (s->used != 0) continue;
-    if (!all) {
-      /* a malloc changes free, a free local_free: unchanged, it was idle */
-      bool idle = h->idle_seen[c] == s && h->idle_heads[c] == ((uintptr_t)s->free ^ (uintptr_t)s->local_free);
-      h->idle_seen[c] = s;
-      h->idle_heads[c] = (uintptr_t)s->free ^ (uintptr_t)s->local_free;
-      superslab_t *ss = hm_ss_of(s);
-      if (!idle || (ss->free_mask | 1u << s->index) == ss_all_mask(ss)) continue;
-    }
-    heap_set_cur(h, c, &hm_empty_slab);
-    slab_release(h, s);
+/* Release class c's current slab if it is empty. With all (hak_collect),
+ * remote frees are collected first; otherwise (a purge step, a new slab
+ * taken) only a slab left untouched since the previous look, and not the
+ * last in use in its SuperSlab (which would go to the backend). Returns
+ * whether another look is worth it: empty and current, but not yet idle. */
+static bool release_if_idle(heap_t *h, unsigned c, bool all) {
+  slab_t *s = h->cur[c];
+  if (s == &hm_empty_slab || s->in_use == SLAB_FOREIGN) return false;
+  if (all) slab_collect_remote(s);
+  if (s->used != 0) return false;
+  if (!all) {
+    /* a malloc changes free, a free local_free: unchanged, it was idle */
+    uintptr_t heads = (uintptr_t)s->free ^ (uintptr_t)s->local_free;
+    bool idle = h->idle_seen[c] == s && h->idle_heads[c] == heads;
+    h->idle_seen[c] = s;
+    h->idle_heads[c] = heads;
+    if (!idle) return true;
+    superslab_t *ss = hm_ss_of(s);
+    if ((ss->free_mask | 1u << s->index) == ss_all_mask(ss)) return false;
   }
+  heap_set_cur(h, c, &hm_empty_slab);
+  slab_release(h, s);
+  return false;
+}
+
+static void heap_release_empty_cur(heap_t *h, bool all) {
+  for (unsigned c = 0; c < NUM_CLASSES; c++) release_if_idle(h, c, all);
 }
 
 /* A purge step: the calling thread's current slabs that are empty and were
@@ -899,6 +916,9 @@ void hm_heap_release_empty_cur(void) {
   if (h != &hm_empty_heap) heap_release_empty_cur(h, false);
 }
 
+/* hak_collect: give back what the calling thread holds unused: its empty
+ * current slabs, slabs emptied by other threads' frees, and the unused
+ * slabs of its SuperSlabs. Returns the bytes given back with madvise. */
 size_t hm_heap_collect_own(void) {
   heap_t *h = hm_tls_heap;
   if (h == &hm_empty_heap) return 0;

@@ -281,6 +281,9 @@ typedef struct heap {
    * list heads then (hm_heap_release_empty_cur) */
   slab_t *idle_seen[NUM_CLASSES];
   uintptr_t idle_heads[NUM_CLASSES];
+  /* classes whose current slab emptied by this thread's frees since a new
+   * slab was last taken: the ones that look needs to visit then */
+  uint64_t emptied_cur[(NUM_CLASSES + 63) / 64];
   superslab_t *all;                /* every owned SS */
   _Atomic int pending_hint;        /* some owned SS has pending notifications */
   struct heap *next_free;          /* heap pool */

@@ -92,13 +92,24 @@ static bool released_block(const superslab_t *ss, const slab_t *s, const void *p
   return a >= start && a + s->block_size <= end && (a - start) % s->block_size == 0;
 }
 
+/* Does p, no block boundary of its slab now, still hold the free tag of a
+ * block that started there before the slab was emptied and carved again
+ * for another size? Then p is a stale pointer: freed already. (The tag is
+ * a random 64-bit value; only a free writes it.) */
+static bool stale_tagged(const superslab_t *ss, const slab_t *s, const void *p) {
+  uintptr_t a = (uintptr_t)p, base = (uintptr_t)ss + ((uintptr_t)s->index << ss->slab_shift);
+  uintptr_t start = base + (s->index == 0 ? SS_HEADER_SIZE : 0);
+  uintptr_t end = base + ((uintptr_t)1 << ss->slab_shift) - (s->index + 1u == ss->nslabs ? HM_GUARD_SIZE : 0);
+  return (a & 15) == 0 && a >= start && a + 16 <= end && ((const uintptr_t *)p)[1] == hm_free_tag;
+}
+
 /* p in a SuperSlab chunk: true if it is a live block; else reported. */
 static bool ss_block_live(void *p, int op) {
   superslab_t *ss = hm_ss_of(p);
   slab_t *s = hm_slab_of(ss, p);
   char buf[96];
   if (!hm_slab_holds(hm_shape_of(s), p)) {
-    if (released_block(ss, s, p))
+    if (released_block(ss, s, p) || stale_tagged(ss, s, p))
       hm_report_double(p, op, "block already free; its slab has been emptied since");
     else
       hm_report_invalid(p, op, ss_reason(s, p, buf, sizeof buf));
