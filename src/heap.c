@@ -466,25 +466,31 @@ static void heap_process_pending(heap_t *h) {
 
 static bool release_if_idle(heap_t *h, unsigned c, bool all);
 
-/* The look at the current slabs that emptied (emptied_cur): each released
- * once it stayed empty and untouched since the previous look. */
-static void heap_release_emptied_cur(heap_t *h) {
+/* The look at the current slabs of SuperSlab kind `kind` that emptied
+ * (emptied_cur): each released once it stayed empty and untouched since
+ * the previous look. */
+static void heap_release_emptied_cur(heap_t *h, unsigned kind) {
   for (unsigned w = 0; w < sizeof h->emptied_cur / sizeof h->emptied_cur[0]; w++)
     for (uint64_t bits = h->emptied_cur[w]; bits != 0; bits &= bits - 1) {
       unsigned c = w * 64 + (unsigned)__builtin_ctzll(bits);
-      if (!release_if_idle(h, c, false)) h->emptied_cur[w] &= ~((uint64_t)1 << (c % 64));
+      if (hm_class_kind[c] == kind && !release_if_idle(h, c, false))
+        h->emptied_cur[w] &= ~((uint64_t)1 << (c % 64));
     }
 }
 
 /* A slab for class c that is not the current one: from the owned
- * SuperSlabs, then adopted ones, then the backend. Other classes' current
- * slabs left empty and untouched since the last look go back first: a
- * program moving on from one size to the next reuses their memory, already
- * resident, instead of touching more (bench_tiny), without waiting for a
- * purge step. */
+ * SuperSlabs, then adopted ones, then the backend. When no unused slab of
+ * the kind is resident, other classes' current slabs left empty and
+ * untouched since the last look go back first: a program moving on from
+ * one size to the next reuses their memory, already resident, instead of
+ * touching more (bench_tiny), without waiting for a purge step. (Only
+ * then: released slabs left unused are given back by purge steps, and a
+ * steady workload must make no system call.) */
 static slab_t *heap_new_slab(heap_t *h, unsigned c) {
   unsigned kind = hm_class_kind[c];
-  heap_release_emptied_cur(h);
+  superslab_t *p = h->partial[kind];
+  if (p == NULL || (p->free_mask & atomic_load_explicit(&p->dirty, memory_order_relaxed)) == 0)
+    heap_release_emptied_cur(h, kind);
   for (;;) {
     superslab_t *ss = h->partial[kind];
     if (ss != NULL) {
