@@ -1,13 +1,13 @@
 # Thin wrapper over CMake: `make`, `make test`, `make debug`, `make bench`,
 # `make install PREFIX=/usr/local`, `make stats`, `make options-doc`,
-# `make secure`, `make tsan`, `make fuzz`.
+# `make secure`, `make tsan`, `make fuzz`, `make bench-checks`.
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 PREFIX ?= /usr/local
 GEN   := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
 .PHONY: all build test test-default install debug debug-test stats stats-test options-doc bench bench-quick \
-        bench-instr clean secure secure-test tsan tsan-test fuzz fuzz-run nochecks
+        bench-instr bench-checks clean secure secure-test tsan tsan-test fuzz fuzz-run nochecks
 
 all: build
 
@@ -90,6 +90,12 @@ bench-quick: build
 
 bench-instr: build
 	python3 scripts/bench_instr.py --build $(BUILD)
+
+# What the misuse checks and secure mode cost, as time, in one process
+# (docs/SECURITY.md, "What the checks cost"); BENCH_CHECKS_ARGS="--seconds 60".
+bench-checks: build
+	cmake --build $(BUILD) --target bench_checks
+	$(BUILD)/bench/bench_checks $(BENCH_CHECKS_ARGS)
 
 clean:
 	rm -rf $(BUILD) build-debug build-stats build-secure build-tsan build-fuzz build-nochecks

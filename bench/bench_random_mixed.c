@@ -15,7 +15,7 @@
  * 16-byte size class on top of a bump region).  The trivial binary measures
  * the cost of the loop itself; bench_instr.py subtracts it.
  */
-#include "bench_common.h"
+#include "random_mixed.h"
 
 #ifdef BENCH_TRIVIAL
 /* ---- trivial allocator: size-class free lists over a bump region ---- */
@@ -78,38 +78,12 @@ static inline void triv_free(void *p) {
 #define BENCH_NAME "bench_random_mixed"
 #endif
 
-typedef struct {
-  uint64_t mallocs, frees, checksum;
-} loop_result;
-
 /* The timed loop.  Kept out of line so that callgrind can attribute the
  * instructions of the loop and of the allocator calls it makes to it
  * (bench_instr.py reads the inclusive cost of this function). */
 BENCH_NOINLINE loop_result bench_loop(void **slots, uint32_t ws, uint64_t iters,
                                       rng_t *rng, size_t min, size_t max) {
-  loop_result r = {0, 0, 0};
-  uint32_t span = (uint32_t)(max - min + 1);
-  for (uint64_t i = 0; i < iters; i++) {
-    uint64_t x = rng_next(rng);
-    uint32_t idx = (uint32_t)(((x >> 32) * (uint64_t)ws) >> 32);
-    void *p = slots[idx];
-    if (p) {
-      r.checksum += ((unsigned char *)p)[0];
-      BENCH_FREE(p);
-      slots[idx] = NULL;
-      r.frees++;
-    } else {
-      size_t sz = min + (size_t)((((x & 0xffffffffu)) * (uint64_t)span) >> 32);
-      unsigned char *q = BENCH_MALLOC(sz);
-      if (!q)
-        xmalloc_fail(sz);
-      q[0] = (unsigned char)sz;
-      q[sz - 1] = (unsigned char)i;
-      slots[idx] = q;
-      r.mallocs++;
-    }
-  }
-  return r;
+  return random_mixed_steps(BENCH_MALLOC, BENCH_FREE, slots, ws, iters, rng, min, max);
 }
 
 int main(int argc, char **argv) {
