@@ -968,6 +968,12 @@ static void *large_realloc(void *p, size_t n) {
     pthread_mutex_unlock(&ace_lock);
     unmap_list(list);
     count_block(1, p);
+  } else if (s->dirty < page_round(n + HM_GUARD_SIZE)) {
+    /* grown within its span: the pages it may touch reach further (a
+     * purge gives back the dirty extent only, and bucket_find reads it) */
+    pthread_mutex_lock(&ace_lock);
+    s->dirty = max_sz(s->dirty, page_round(n + HM_GUARD_SIZE));
+    pthread_mutex_unlock(&ace_lock);
   }
   return p;
 }

@@ -3,7 +3,8 @@
  * /proc/self/statm, OS calls from hak_os_stats_get. hakmem-specific.
  *
  *   off        HAKMEM_PURGE=off or HAKMEM_NO_MADVISE=1: madvise never called
- *   eager      HAKMEM_PURGE=eager: madvise as soon as memory is freed
+ *   eager      HAKMEM_PURGE=eager: madvise as soon as memory is freed; a large
+ *              block grown within its span is given back whole
  *   lazy       HAKMEM_PURGE_DELAY_MS=600: not before the delay, soon after
  *   trim       malloc_trim(0), hak_collect(false) and hak_collect(true)
  *   reuse      purged memory reused: zeros, contents kept, honest byte counts
@@ -23,6 +24,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -120,6 +122,16 @@ static double activity(double secs, bool (*until)(void *), void *arg) {
 static bool rss_below(void *limit) { return tc_rss_bytes() < *(size_t *)limit; }
 static bool madvised(void *since) { return os().madvise_calls > *(size_t *)since; }
 
+/* Resident pages of the 2 MiB from p (a cached large span stays mapped). */
+static size_t resident_pages(const void *p) {
+  unsigned char vec[512];
+  CHECK(mincore((void *)p, 2 * MiB, vec) == 0, "mincore");
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof vec; i++) n += vec[i] & 1u;
+  return n;
+}
+static bool span_given_back(void *p) { return resident_pages(p) < 16; }
+
 /* ---- modes ---------------------------------------------------------------- */
 
 static void t_off(void) {
@@ -148,6 +160,16 @@ static void t_eager(void) {
   CHECK(m1 > m0, "no madvise right after freeing 64 MiB with HAKMEM_PURGE=eager");
   CHECK(rss < peak / 4, "RSS %zu of %zu MiB right after freeing with HAKMEM_PURGE=eager", rss / MiB, peak / MiB);
   printf("eager: %zu madvise calls for 64 MiB, RSS %zu -> %zu MiB\n", m1 - m0, peak / MiB, rss / MiB);
+  /* A large block grown within its span: giving the span back covers all
+   * the grown block touched, not only what the block first asked for. */
+  char *p = malloc(300 * 1024);
+  CHECK(p, "malloc(300 KiB)");
+  char *q = realloc(p, 1536 * 1024);
+  CHECK(q == p, "realloc within a 2 MiB span moved the block");
+  memset(q, 1, 1536 * 1024);
+  free(q);
+  activity(2.0, span_given_back, q);
+  CHECK(span_given_back(q), "%zu pages of a freed 1.5 MiB block grown in place still resident", resident_pages(q));
 }
 
 static void t_lazy(void) {
