@@ -75,6 +75,9 @@ typedef struct span {
   uint64_t purged_ns;         /* when a purge step gave its pages back (0: never) */
   struct span *next, *prev;   /* cache list; next also chains spans to unmap or purge */
   uint32_t state;
+#ifdef HAKMEM_SECURE
+  bool guarded;               /* its last page is PROT_NONE now (see guard_on) */
+#endif
 } span_t;
 
 /* Descriptor table: chunk index -> descriptor, leaves of 2^13 (16 GiB of
@@ -239,8 +242,66 @@ static span_t *span_record(char *p, size_t len, uint32_t st) {
   s->state = st;
   s->dirty = 0;
   s->purged_ns = 0;
+#ifdef HAKMEM_SECURE
+  s->guarded = false;
+#endif
   reg_mark(s);
   return s;
+}
+
+/* ---- guard pages (secure mode) -------------------------------------------- */
+
+/* The last page of a span handed out is PROT_NONE (docs/SECURITY.md). It
+ * stays there while the span is cached, so that a span reused at the same
+ * length costs no mprotect; it goes with the span's end when a span is cut
+ * (span_cut), and is lifted where the end stops being one: merged with the
+ * span after it, grown in place or moved by mremap. No PROT_NONE page is
+ * ever inside a span. In the default build none of this exists.
+ *
+ * s is about to be handed out (the caller's: no lock needed). A refusal
+ * (vm.max_map_count) leaves the guard out; the next hand-out tries again. */
+static void guard_on(span_t *s) {
+#ifdef HAKMEM_SECURE
+  if (!s->guarded) s->guarded = hm_secure_guard(s->base + s->len - HM_GUARD_SIZE);
+#else
+  (void)s;
+#endif
+}
+
+/* s's end is about to stop being its end. Lock held, or s is the caller's. */
+static void guard_lift(span_t *s) {
+#ifdef HAKMEM_SECURE
+  if (s->guarded) hm_secure_unguard(s->base + s->len - HM_GUARD_SIZE);
+  s->guarded = false;
+#else
+  (void)s;
+#endif
+}
+
+/* Merge n, which starts where s ends and is on no list, into s. */
+static void span_merge(span_t *s, span_t *n) {
+  n->state = SPAN_NONE;
+  guard_lift(s);
+#ifdef HAKMEM_SECURE
+  s->guarded = n->guarded;
+#endif
+  if (n->dirty != 0) s->dirty = s->len + n->dirty;
+  s->len += n->len;
+}
+
+/* Cut s to len bytes; the rest becomes a span of its own (recorded as in
+ * use, on no list), which takes s's end and so its guard page. */
+static span_t *span_cut(span_t *s, size_t len) {
+  size_t rest = s->len - len;
+  s->len = len;
+  span_t *r = span_record(s->base + len, rest, SPAN_USED);
+  r->dirty = s->dirty > len ? s->dirty - len : 0;
+  if (s->dirty > len) s->dirty = len;
+#ifdef HAKMEM_SECURE
+  r->guarded = s->guarded;
+  s->guarded = false;
+#endif
+  return r;
 }
 
 /* ---- the cache (lock held) -------------------------------------------------- */
@@ -354,9 +415,7 @@ static void cache_trim(span_t **list) {
     size_t cut = (cache_bytes - max + SS_MASK) & ~(size_t)SS_MASK;
     if (cut < oldest->len) {
       cache_unlink(oldest);
-      oldest->len -= cut;
-      if (oldest->dirty > oldest->len) oldest->dirty = oldest->len;
-      doom(span_record(oldest->base + oldest->len, cut, SPAN_USED), list);
+      doom(span_cut(oldest, oldest->len - cut), list);
       cache_push(oldest, oldest->freed_ns);
     } else {
       doom(oldest, list);
@@ -396,20 +455,14 @@ static span_t *coalesce(span_t *s, uint64_t now, uint64_t *freed_ns, bool any) {
   span_t *n = span_at(s->base + s->len, SPAN_CACHED);
   if (mergeable(n, s, now, n, any)) {
     cache_unlink(n);
-    n->state = SPAN_NONE;
-    if (n->dirty != 0) {
-      s->dirty = s->len + n->dirty;
-      if (n->freed_ns < *freed_ns) *freed_ns = n->freed_ns;
-    }
-    s->len += n->len;
+    if (n->dirty != 0 && n->freed_ns < *freed_ns) *freed_ns = n->freed_ns;
+    span_merge(s, n);
   }
   span_t *p = span_ending_at(s->base);
   if (p != NULL && p->state == SPAN_CACHED && mergeable(p, s, now, s, any)) {
     cache_unlink(p);
-    s->state = SPAN_NONE;
-    if (s->dirty != 0) p->dirty = p->len + s->dirty;
+    span_merge(p, s);
     if (p->dirty != 0 && p->freed_ns < *freed_ns) *freed_ns = p->freed_ns;
-    p->len += s->len;
     s = p;
   }
   s->state = SPAN_CACHED;
@@ -439,15 +492,9 @@ static void cache_put(span_t *s, uint64_t now, bool spare, span_t **list) {
   cache_check();
 }
 
-/* Cut s to len bytes; the rest becomes a spare span in the cache (it is
- * recorded as in use, i.e. on no list, until cache_put lists it). */
+/* Cut s to len bytes; the rest becomes a spare span in the cache. */
 static void span_split(span_t *s, size_t len, uint64_t freed_ns, span_t **list) {
-  size_t rest = s->len - len;
-  s->len = len;
-  span_t *r = span_record(s->base + len, rest, SPAN_USED);
-  r->dirty = s->dirty > len ? s->dirty - len : 0;
-  if (s->dirty > len) s->dirty = len;
-  cache_put(r, freed_ns, true, list);
+  cache_put(span_cut(s, len), freed_ns, true, list);
 }
 
 /* Once per epoch: halve the capacity of every length nobody asked for,
@@ -497,9 +544,7 @@ static void absorb_run(span_t *s, size_t have) {
   while (s->len < have) {
     span_t *n = span_at(s->base + s->len, SPAN_CACHED);
     cache_unlink(n);
-    n->state = SPAN_NONE;
-    if (n->dirty != 0) s->dirty = s->len + n->dirty;
-    s->len += n->len;
+    span_merge(s, n);
   }
   reg_mark(s);
 }
@@ -648,6 +693,7 @@ static void *ace_alloc(size_t n, size_t asked_align, bool *fresh) {
   unmap_list(list);
   list = NULL;
   if (s != NULL) {
+    guard_on(s);
     *fresh = false;
     return s->base;
   }
@@ -672,21 +718,9 @@ static void *ace_alloc(size_t n, size_t asked_align, bool *fresh) {
   pthread_mutex_unlock(&ace_lock);
   unmap_list(list);
   if (p == NULL) return fail_refused(had_cache, n, asked_align, err);
+  guard_on(s);
   *fresh = true;
   return p;
-}
-
-/* Secure mode: the last page of a live block's span is a guard page
- * (PROT_NONE), lifted again when the span goes back to the cache or is
- * resized, since cached spans are split and merged. */
-static void guard_set(const void *p, bool on) {
-#ifdef HAKMEM_SECURE
-  span_t *s = span_at(p, SPAN_USED);
-  if (s != NULL) (void)mprotect(s->base + s->len - HM_GUARD_SIZE, HM_GUARD_SIZE, on ? PROT_NONE : PROT_READ | PROT_WRITE);
-#else
-  (void)p;
-  (void)on;
-#endif
 }
 
 /* Statistics of a large block handed out (sign +1) or taken back (-1):
@@ -702,7 +736,6 @@ void *hm_large_alloc(size_t n, size_t align) {
   bool fresh;
   void *p = ace_alloc(n, align, &fresh);
   if (p != NULL) count_block(1, p);
-  if (p != NULL) guard_set(p, true);
   return p;
 }
 
@@ -713,7 +746,6 @@ void *hm_large_calloc(size_t n) {
   void *p = ace_alloc(n, 0, &fresh);
   if (p != NULL && !fresh) memset(p, 0, n); /* fresh mappings are zero */
   if (p != NULL) count_block(1, p);
-  if (p != NULL) guard_set(p, true);
   return p;
 }
 
@@ -721,7 +753,6 @@ static void large_free(void *p);
 
 void hm_large_free(void *p) {
   count_block(-1, p);
-  guard_set(p, false);
   large_free(p);
 }
 
@@ -878,11 +909,12 @@ static void *large_grow(span_t *s, size_t n, size_t len) {
   bool next_free = (end & SS_MASK) != 0 ? !span_starts(p + old) : hm_reg_kind(end) == REG_NONE;
   pthread_mutex_unlock(&ace_lock);
   unmap_list(list);
-  if (done) return p;
+  if (done) return p; /* (absorb_run lifted the guard page) */
   /* (leaves claimed for the range in hand first: an allocation of leaves
    * could take the free range after the span) */
   leaves_t l;
   if (!leaves_claim(&l, leaves_missing(p, len))) return fail_refused(had_cache, n, 0, ENOMEM);
+  guard_lift(s); /* its end moves; and mremap takes only a range of one mapping */
   if (next_free && hm_os_remap(p, old, len, false) != NULL) {
     atomic_fetch_add_explicit(&mapped_bytes, len - old, memory_order_relaxed);
     pthread_mutex_lock(&ace_lock);
@@ -927,9 +959,12 @@ static void *large_grow(span_t *s, size_t n, size_t len) {
 static void *large_realloc(void *p, size_t n);
 
 void *hm_large_realloc(void *p, size_t n) {
-  guard_set(p, false);
   void *q = large_realloc(p, n);
-  guard_set(q != NULL ? q : p, true); /* (no-op if the block went to the Pool) */
+#ifdef HAKMEM_SECURE
+  /* a span cut, grown or moved has no guard page yet (q may be in the Pool) */
+  span_t *s = span_at(q != NULL ? q : p, SPAN_USED);
+  if (s != NULL) guard_on(s);
+#endif
   return q;
 }
 

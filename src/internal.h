@@ -532,7 +532,8 @@ _Static_assert(HM_FILL_BYTES == 16 || HM_FILL_BYTES == 32 || HM_FILL_BYTES == 64
 extern HM_HIDDEN __m128i hm_fill_lane; /* the tag, twice */
 HM_HIDDEN HM_NORETURN void hm_corrupt_list(const slab_t *s, const block_t *b);
 HM_HIDDEN void *hm_handout_failed(const slab_t *s, const block_t *b);
-HM_HIDDEN void hm_secure_guard(void *page);
+HM_HIDDEN bool hm_secure_guard(void *page);
+HM_HIDDEN void hm_secure_unguard(void *page);
 HM_HIDDEN void hm_secure_shuffle(uint32_t *idx, uint32_t n);
 
 /* Bytes [8, end) of a free block hold the tag (blocks smaller than

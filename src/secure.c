@@ -34,8 +34,16 @@ void *hm_handout_failed(const slab_t *s, const block_t *b) {
 /* A PROT_NONE page: overflows off the end of a SuperSlab or large span
  * fault instead of running into the next one. mprotect is not counted in
  * hak_os_stats. Should the kernel refuse (no VMA left: vm.max_map_count),
- * the page stays writable and unused: a missing guard, not a failure. */
-void hm_secure_guard(void *page) { (void)mprotect(page, HM_GUARD_SIZE, PROT_NONE); }
+ * the page stays writable and unused: a missing guard, not a failure
+ * (false: not in place). */
+bool hm_secure_guard(void *page) { return mprotect(page, HM_GUARD_SIZE, PROT_NONE) == 0; }
+
+/* The guard page of a large span whose end moves becomes part of a span
+ * handed out later: a page left PROT_NONE there would fault a correct
+ * program, so a refusal is fatal (lifting merges VMAs, it needs none). */
+void hm_secure_unguard(void *page) {
+  if (mprotect(page, HM_GUARD_SIZE, PROT_READ | PROT_WRITE) != 0) hm_fatal("guard page", page, "mprotect refused to lift it");
+}
 
 /* Fisher-Yates: a random permutation of idx[0..n). */
 void hm_secure_shuffle(uint32_t *idx, uint32_t n) {

@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <poll.h>
+#include <setjmp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -392,6 +393,107 @@ static void c_guard_large(void) {
   announce(p + u);
   ((volatile char *)p)[u] = 1;
 }
+/* The span comes back from the cache at the same length, its guard page
+ * still in place (no mprotect): it must still be there. (The block after
+ * it keeps the freed span from merging with the free rest of the mapping.) */
+static void c_guard_large_reused(void) {
+  char *p = malloc(LARGE + 5000), *after = malloc(LARGE + 5000);
+  memset(p, 1, malloc_usable_size(p));
+  free(p);
+  char *q = malloc(LARGE + 5000);
+  free(after);
+  CHECK(q == p, "the freed span was not reused (%p, then %p): the case tests nothing", (void *)p, (void *)q);
+  size_t u = malloc_usable_size(q);
+  memset(q, 2, u);
+  announce(q + u);
+  ((volatile char *)q)[u] = 1;
+}
+
+/* Probes of large blocks, a fault caught and compared with the address
+ * expected to fault (NULL: none may). */
+static sigjmp_buf probe_env;
+static volatile char *probe_expect;
+static void probe_handler(int sig, siginfo_t *si, void *ctx) {
+  (void)sig;
+  (void)ctx;
+  if ((volatile char *)si->si_addr != probe_expect) {
+    say("FAIL: fault at %p, expected %p\n", si->si_addr, (void *)probe_expect);
+    _exit(2);
+  }
+  siglongjmp(probe_env, 1);
+}
+static void probe_write(volatile char *at, volatile char *expect) {
+  probe_expect = expect;
+  if (sigsetjmp(probe_env, 1) == 0) {
+    *at = 1;
+    CHECK(expect == NULL, "no guard page at %p, the end of a large block", (void *)at);
+  }
+  probe_expect = NULL;
+}
+/* Large blocks through every path that moves a span's end (split from a
+ * longer cached span, merged with cached neighbours, grown into them,
+ * shrunk, grown or moved by mremap, reused at the same length, aligned,
+ * calloc): each block handed out is writable up to its usable size and
+ * faults right after it. A PROT_NONE page left inside a span would be a
+ * former span end, a multiple of 2 MiB from its base: the last byte
+ * before each such boundary is written (writing every page would take
+ * seconds). */
+static void check_large_block(char *p, size_t n) {
+  size_t u = malloc_usable_size(p);
+  CHECK(u >= n, "usable size %zu of a %zu-byte block", u, n);
+  for (size_t k = (size_t)2 << 20; k < u; k += (size_t)2 << 20) probe_write(p + k - 1, NULL);
+  probe_write(p + u - 1, NULL);
+  probe_write(p + u, p + u);
+}
+static void c_guard_large_paths(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = probe_handler;
+  sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGSEGV, &sa, NULL);
+  enum { SLOTS = 12, OPS = 4000 };
+  char *slot[SLOTS] = {0};
+  size_t size[SLOTS] = {0};
+  tc_rng r = {5};
+  for (int i = 0; i < OPS; i++) {
+    int k = (int)tc_below(&r, SLOTS);
+    size_t n = ((size_t)256 << 10) + tc_below(&r, (size_t)12 << 20); /* 1 to 7 chunks */
+    if (slot[k] == NULL) {
+      switch (tc_below(&r, 4)) {
+      case 0: /* the same size again: a cached span of this length, guard in place */
+        n = size[k] != 0 ? size[k] : n;
+        slot[k] = malloc(n);
+        break;
+      case 1:
+        slot[k] = calloc(1, n);
+        CHECK(slot[k] != NULL, "calloc(%zu)", n);
+        for (size_t j = 0; j < n; j += 4096) CHECK(slot[k][j] == 0, "calloc(%zu): byte %zu is %d", n, j, slot[k][j]);
+        CHECK(slot[k][n - 1] == 0, "calloc(%zu): the last byte is %d", n, slot[k][n - 1]);
+        break;
+      case 2:
+        if (posix_memalign((void **)&slot[k], (size_t)1 << (12 + tc_below(&r, 11)), n) != 0) slot[k] = NULL;
+        break;
+      default:
+        slot[k] = malloc(n);
+      }
+      CHECK(slot[k] != NULL, "allocation of %zu bytes", n);
+    } else if (tc_below(&r, 2) == 0) {
+      if (tc_below(&r, 4) == 0) n = size[k] + tc_below(&r, 4096); /* within its span */
+      char *q = realloc(slot[k], n);
+      CHECK(q != NULL, "realloc(%p, %zu)", (void *)slot[k], n);
+      slot[k] = q;
+    } else {
+      free(slot[k]);
+      slot[k] = NULL;
+      continue;
+    }
+    size[k] = n;
+    check_large_block(slot[k], n);
+  }
+  for (int k = 0; k < SLOTS; k++) free(slot[k]);
+  say("CONTINUED\n");
+  _exit(0);
+}
 /* In a fresh thread (fresh slabs), 200 blocks of one class: hakmem's plain
  * build hands them out in address order, secure mode in a random one. */
 static void *order_thread(void *out) {
@@ -479,6 +581,8 @@ static const struct mcase cases[] = {
      "free-list pointer of a freed block overwritten (write after free?)", 1, 1},
     {"guard_superslab", c_guard_superslab, SEGV, NULL, NULL, 1, 0},
     {"guard_large", c_guard_large, SEGV, NULL, NULL, 1, 0},
+    {"guard_large_reused", c_guard_large_reused, SEGV, NULL, NULL, 1, 0},
+    {"guard_large_paths", c_guard_large_paths, SURVIVES, NULL, NULL, 0, 0},
     {"random_order", c_random_order, SURVIVES, NULL, NULL, 0, 0},
 #endif
 };
@@ -546,6 +650,11 @@ static void check_case(const char *self, const struct mcase *c, int warn) {
   if (c->expect == SEGV) {
     CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV, "case %s (%s): expected SIGSEGV on the guard page %s, got "
           "status 0x%x; stderr: %s", c->name, mode, ptr, st, out.e);
+    const char *fl = strstr(out.o, "FAULT ");
+    char fault[64] = "";
+    if (fl) sscanf(fl + 6, "%63s", fault);
+    CHECK(ptr[0] != '\0' && strcmp(fault, ptr) == 0, "case %s (%s): the fault was at %s, not at the guard page %s",
+          c->name, mode, fault[0] ? fault : "(none reported)", ptr[0] ? ptr : "(not reached)");
     return;
   }
   if (c->expect == SURVIVES) {
@@ -590,6 +699,27 @@ static void check_case(const char *self, const struct mcase *c, int warn) {
   }
 }
 
+/* SEGV cases: the child says where it faulted ("FAULT 0x...", as %p
+ * prints it), then dies of the fault (the handler is reset). */
+static void fault_handler(int sig, siginfo_t *si, void *ctx) {
+  (void)sig;
+  (void)ctx;
+  char line[32] = "FAULT 0x", *at = line + 8;
+  uintptr_t a = (uintptr_t)si->si_addr;
+  int shift = 60;
+  while (shift > 0 && (a >> shift) == 0) shift -= 4;
+  for (; shift >= 0; shift -= 4) *at++ = "0123456789abcdef"[(a >> shift) & 15];
+  *at++ = '\n';
+  if (write(1, line, (size_t)(at - line)) < 0) _exit(3);
+}
+static void report_fault(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = fault_handler;
+  sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
+  sigaction(SIGSEGV, &sa, NULL);
+}
+
 int main(int argc, char **argv) {
   tc_test_name = "misuse";
   if (argc == 3 && strcmp(argv[1], "child") == 0) {
@@ -600,6 +730,7 @@ int main(int argc, char **argv) {
         static char name[80];
         snprintf(name, sizeof name, "misuse %s", argv[2]);
         tc_test_name = name;
+        if (cases[i].expect == SEGV) report_fault();
         cases[i].fn();
         /* reached only when hakmem let the program go on (warn mode) */
         heap_still_works();
