@@ -3,9 +3,11 @@
  * What hakmem's misuse checks and secure mode cost, measured inside one
  * process (docs/SECURITY.md, "What the checks cost").
  *
- * The executable holds four copies of hakmem, all from the same sources:
- * built without the fast-path checks (HAKMEM_NO_CHECKS), the default build
- * twice, and secure mode (HAKMEM_SECURE).  Each copy's symbols are local to
+ * The executable holds copies of hakmem, all from the same sources, in four
+ * groups: built without the fast-path checks (HAKMEM_NO_CHECKS), the default
+ * build twice, and secure mode (HAKMEM_SECURE); each group in one copy per
+ * code shift (HAKMEM_AB_SHIFTS, 16 copies by default), so that its figure
+ * averages over code alignments.  Each copy's symbols are local to
  * it except its hak_malloc/hak_free, renamed ab_<copy>_malloc/_free
  * (bench/CMakeLists.txt), so the copies have separate heaps, registries and
  * thread caches; the benchmark itself keeps glibc's malloc.
