@@ -39,16 +39,11 @@ static _Atomic int bg_state;          /* background purger: 0 none, 1 started, 2
 static _Atomic size_t dirty_bytes;    /* unused slabs still resident, all SuperSlabs */
 
 /* Regret: memory given back and reused within 16 delays was given back too
- * early (a working set that breathes). Then the delay grows (once per
- * delay at most) to cover the time the memory went unused (the delay it
- * waited, and the time since it was given back), up to 2^BACKOFF_MAX times
- * the option; it halves again after 64 delays without regret.
+ * early (a working set that breathes). Then the delay doubles (once per
+ * delay at most), up to 2^BACKOFF_MAX times the option; it halves again
+ * after 64 delays without regret.
  * So a steady workload stops making system calls even when its slabs sit
- * unused now and then for longer than the delay: one regret learns how
- * long (doubling by one step at a time, the delay reached it only after
- * as many regrets, and under load, where each takes longer on the clock,
- * slabs of rarely used classes were given back again meanwhile:
- * syscall_budget_ws64_4m in secure mode). */
+ * unused now and then for longer than the delay. */
 #define BACKOFF_MAX 6
 static _Atomic unsigned backoff;
 static _Atomic uint64_t last_regret_ns;
@@ -65,10 +60,7 @@ void hm_purge_regret(uint64_t purged_at, uint64_t now) {
   if (last != 0 && now - last < d) return;
   if (!atomic_compare_exchange_strong(&last_regret_ns, &last, now)) return;
   unsigned b = atomic_load_explicit(&backoff, memory_order_relaxed);
-  uint64_t unused = d + (now - purged_at);
-  do b++;
-  while (b < BACKOFF_MAX && hm_purge_delay_ns << b < unused);
-  atomic_store_explicit(&backoff, b < BACKOFF_MAX ? b : BACKOFF_MAX, memory_order_relaxed);
+  if (b < BACKOFF_MAX) atomic_store_explicit(&backoff, b + 1, memory_order_relaxed);
 }
 
 static void backoff_decay(uint64_t now) {
