@@ -156,8 +156,12 @@ static void slab_set_class(slab_t *s, unsigned cls) {
   sh->cls = (uint8_t)cls;
   sh->block_size = d;
   sh->div_mul = inv * (1u + ((uint64_t)1 << (64 - k)));
+#ifdef HAKMEM_SECURE
   s->div_inv = (uint32_t)inv;
   s->div_shift = (uint8_t)k;
+#else
+  s->div_mul = sh->div_mul;
+#endif
 }
 
 static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
@@ -175,7 +179,7 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
   if (ss->free_mask == 0) partial_unlink(h, ss);
   bool intact = hm_purge_slab_take(ss, i); /* waits if a purger is giving it back right now */
   slab_t *s = &ss->slabs[i];
-  if (intact && s->carved != 0 && s->cls == cls) {
+  if (intact && s->carved_kept != 0 && s->cls == cls) {
     /* Released by this heap with every block it had carved on its lists,
      * and not given back since: take it as it is, without carving again.
      * (The list encoding key stays: the lists are not empty.) */
@@ -183,7 +187,8 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
     ss->shape[i].cls = (uint8_t)cls; /* clears SLAB_CLS_CACHED (all its blocks came back) */
     s->in_use = SLAB_ACTIVE;
     s->next = s->prev = NULL;
-    hm_slab_set_carved(s, s->carved); /* frees into it are valid again */
+    hm_slab_set_carved(s, s->carved_kept); /* frees into it are valid again */
+    s->carved_kept = 0;
     hm_stats_carved(cls, s->carved);
     return s;
   }
@@ -195,8 +200,9 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
   }
   if (i == ss->nslabs - 1u) bytes -= HM_GUARD_SIZE; /* secure: the SuperSlab's guard page */
   s->free = s->local_free = NULL;
-  atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
+  atomic_store_explicit(hm_slab_remote(s), 0, memory_order_relaxed);
   s->used = 0;
+  s->carved_kept = 0;
   slab_set_class(s, cls);
   s->capacity = (uint16_t)(bytes / s->block_size);
   hm_slab_set_carved(s, 0);
@@ -220,12 +226,13 @@ static bool slab_release(heap_t *h, slab_t *s) {
   if (s->in_use == SLAB_LISTED) avail_unlink(h, s);
   s->in_use = SLAB_UNUSED;
   HM_ASSERT(!(s->flags & SLAB_FULL));
-  /* A free into an unused slab is invalid: carved is 0 in its shape. The
-   * descriptor keeps its count and lists (all carved blocks, every one
-   * free), so that taking the slab again for the class needs no carving
-   * (ss_take_slab). */
-  hm_shape_set_carved(&ss->shape[s->index], 0);
-  atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
+  /* A free into an unused slab is invalid (by the owner too): carved is 0
+   * for the block check. The descriptor keeps the count aside, and its
+   * lists (all carved blocks, every one free), so that taking the slab
+   * again for the class needs no carving (ss_take_slab). */
+  s->carved_kept = s->carved;
+  hm_slab_set_carved(s, 0);
+  atomic_store_explicit(hm_slab_remote(s), 0, memory_order_relaxed);
   bool had_none = ss->free_mask == 0;
   ss->free_mask |= 1u << s->index;
   if (ss->free_mask == ss_all_mask(ss)) {
@@ -242,7 +249,7 @@ static bool slab_release(heap_t *h, slab_t *s) {
 
 /* Take every block other threads freed into s; prepend them to s->free. */
 static void slab_collect_remote(slab_t *s) {
-  uintptr_t r = atomic_exchange_explicit(&s->remote, 0, memory_order_acquire);
+  uintptr_t r = atomic_exchange_explicit(hm_slab_remote(s), 0, memory_order_acquire);
   block_t *list = (block_t *)(r & ~REMOTE_NOTIFY);
   if (list == NULL) return;
   uint32_t n = 1;
@@ -293,7 +300,7 @@ static void slab_carve(slab_t *s) {
 /* Has s blocks freed into it (not only an uncarved part)? */
 static bool slab_has_freed(const slab_t *s) {
   return s->free != NULL || s->local_free != NULL ||
-         atomic_load_explicit(&s->remote, memory_order_relaxed) > REMOTE_NOTIFY;
+         atomic_load_explicit(hm_slab_remote(s), memory_order_relaxed) > REMOTE_NOTIFY;
 }
 
 /* Make s->free non-empty from blocks freed into s, if there are any. */
@@ -305,7 +312,7 @@ static bool slab_refill(slab_t *s) {
     s->local_free = NULL;
     return true;
   }
-  if (atomic_load_explicit(&s->remote, memory_order_relaxed) > REMOTE_NOTIFY) {
+  if (atomic_load_explicit(hm_slab_remote(s), memory_order_relaxed) > REMOTE_NOTIFY) {
 #ifdef HAKMEM_STATS
     uint32_t used = s->used;
 #endif
@@ -333,7 +340,7 @@ static bool slab_refill_carve(slab_t *s) {
  * remote free slipped in, so the caller can use that block instead. */
 static bool slab_try_mark_full(slab_t *s) {
   uintptr_t expected = 0;
-  if (!atomic_compare_exchange_strong(&s->remote, &expected, REMOTE_NOTIFY)) return false;
+  if (!atomic_compare_exchange_strong(hm_slab_remote(s), &expected, REMOTE_NOTIFY)) return false;
   HM_ASSERT(s->used == s->capacity);
   s->flags |= SLAB_FULL;
   s->used = 1;
@@ -359,6 +366,7 @@ static void ss_setup(heap_t *h, superslab_t *ss, unsigned kind) {
   for (unsigned i = 0; i < ss->nslabs; i++) {
     ss->slabs[i].in_use = SLAB_UNUSED;
     ss->slabs[i].index = (uint8_t)i;
+    ss->slabs[i].carved_kept = 0;
     hm_slab_set_carved(&ss->slabs[i], 0);
   }
 #ifdef HAKMEM_SECURE
@@ -399,7 +407,7 @@ static bool ss_can_serve(superslab_t *ss, unsigned c) {
   if (ss->free_mask != 0) return true;
   for (unsigned i = 0; i < ss->nslabs; i++) {
     const slab_t *s = &ss->slabs[i];
-    if (atomic_load_explicit(&s->remote, memory_order_relaxed) > REMOTE_NOTIFY) return true;
+    if (atomic_load_explicit(hm_slab_remote(s), memory_order_relaxed) > REMOTE_NOTIFY) return true;
     if (s->cls == c && (s->free != NULL || s->local_free != NULL || s->carved < s->capacity)) return true;
   }
   return false;
@@ -684,7 +692,7 @@ void *hm_alloc_class(unsigned c) {
 /* The fast path of free saw the slab emptied or FULL. */
 void hm_free_local_slow(heap_t *h, slab_t *s) {
   if (s->flags & SLAB_FULL) {
-    atomic_fetch_and_explicit(&s->remote, ~REMOTE_NOTIFY, memory_order_relaxed);
+    atomic_fetch_and_explicit(hm_slab_remote(s), ~REMOTE_NOTIFY, memory_order_relaxed);
     slab_unfull(s, 1);
     avail_push(h, s);
   }
@@ -700,13 +708,14 @@ void hm_free_local_slow(heap_t *h, slab_t *s) {
 /* Push the chain head..tail of blocks of slab s on its remote list; wake
  * the owner if the slab is FULL. */
 static void remote_push(superslab_t *ss, slab_t *s, block_t *head, block_t *tail) {
-  uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed);
+  uintptr_t old = atomic_load_explicit(hm_slab_remote(s), memory_order_relaxed);
   do {
     hm_next_set(s, tail, (block_t *)(old & ~REMOTE_NOTIFY));
-  } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, (uintptr_t)head,
+  } while (!atomic_compare_exchange_weak_explicit(hm_slab_remote(s), &old, (uintptr_t)head,
                                                   memory_order_release, memory_order_relaxed));
   if (unlikely(old & REMOTE_NOTIFY)) {
-    atomic_fetch_or(&ss->pending, (uint64_t)1 << s->index);
+    /* (the index from s's address: the owner's descriptor line stays with it) */
+    atomic_fetch_or(&ss->pending, (uint64_t)1 << (((uintptr_t)s & SS_MASK) / sizeof(slab_t)));
     heap_t *owner = atomic_load(&ss->owner);
     if (owner != NULL) atomic_store(&owner->pending_hint, 1);
   }
@@ -863,6 +872,7 @@ void hm_heap_reclaim_abandoned(void) {
         if (s->used == 0) {
           hm_stats_released(s->cls, s->carved);
           s->in_use = SLAB_UNUSED;
+          s->carved_kept = 0;
           hm_slab_set_carved(s, 0);
           emptied |= 1u << i;
         }
@@ -937,7 +947,7 @@ size_t hm_heap_collect_own(void) {
     bool gone = false;
     for (unsigned i = 0; i < ss->nslabs && !gone; i++) {
       slab_t *s = &ss->slabs[i];
-      if (s->in_use != SLAB_LISTED || atomic_load_explicit(&s->remote, memory_order_relaxed) <= REMOTE_NOTIFY) continue;
+      if (s->in_use != SLAB_LISTED || atomic_load_explicit(hm_slab_remote(s), memory_order_relaxed) <= REMOTE_NOTIFY) continue;
       slab_collect_remote(s);
       if (s->used == 0) gone = slab_release(h, s);
     }

@@ -103,10 +103,15 @@ struct heap;
 enum { SLAB_UNUSED = 0, SLAB_ACTIVE = 1, SLAB_LISTED = 2, SLAB_FOREIGN = 3 };
 
 #ifndef HAKMEM_SECURE
+/* Default: one line, all that malloc and free read and write, with the
+ * block check's multiplier and limit (the owner checks its frees against
+ * its own descriptor: hm_slab_holds_own). Other threads' frees go on the
+ * slab's remote list, in the SuperSlab header (hm_slab_remote), so that
+ * they do not take this line away from the owner. */
 typedef struct slab {
   block_t *free;               /* allocations pop here */
   block_t *local_free;         /* the owner's frees */
-  _Atomic uintptr_t remote;    /* other threads' frees (LIFO); bit 0: notify owner */
+  uint64_t div_mul;            /* checks: the block check's multiplier (= the shape's) */
   uint32_t start_off;          /* first block, as an offset in the SuperSlab */
   uint32_t block_size;
   uint16_t used;               /* blocks handed out, remote-freed ones included */
@@ -116,8 +121,8 @@ typedef struct slab {
   uint8_t cls;
   uint8_t in_use;
   uint8_t index;               /* position in the SuperSlab */
-  uint8_t div_shift;           /* the owner's block check: block_size's trailing zero bits */
-  uint32_t div_inv;            /* the owner's block check: block_size's odd part's inverse mod 2^32 */
+  uint16_t carved_kept;        /* unused: carved when released, to take it again as it is (ss_take_slab) */
+  uint32_t limit;              /* checks: the owner's block check's limit, carved << k */
   struct slab *next, *prev;    /* heap's list of slabs with free blocks */
 } slab_t;
 _Static_assert(sizeof(slab_t) == 64, "slab descriptor is one cache line");
@@ -144,7 +149,8 @@ typedef struct slab {
   uint32_t div_inv;            /* the owner's block check: block_size's odd part's inverse mod 2^32 */
   struct slab *next, *prev;    /* heap's list of slabs with free blocks */
   _Atomic uintptr_t remote __attribute__((aligned(64))); /* other threads' frees (LIFO); bit 0: notify owner */
-  uint8_t secure_pad_[56];
+  uint16_t carved_kept;        /* unused: carved when released, to take it again as it is (ss_take_slab) */
+  uint8_t secure_pad_[54];
 } slab_t;
 _Static_assert(sizeof(slab_t) == 128, "secure slab descriptor: two cache lines");
 _Static_assert(offsetof(slab_t, remote) == 64, "secure: malloc, free and the avail links read the first line");
@@ -187,6 +193,12 @@ typedef struct superslab {
   struct superslab *next, *prev;         /* partial list / backend / abandoned */
   struct superslab *all_next, *all_prev; /* owner's list of all its SSs */
   slab_shape_t shape[SS_MAX_SLABS] __attribute__((aligned(64)));
+#ifndef HAKMEM_SECURE
+  /* Each slab's remote list: other threads' frees (LIFO); bit 0: notify
+   * the owner. Lines of their own, written by other threads' pushes and
+   * read by the owner's slow paths only (hm_slab_remote). */
+  _Atomic uintptr_t remote[SS_MAX_SLABS] __attribute__((aligned(64)));
+#endif
   /* Giving unused slabs back (purge.c); one bit per slab. Only the owner
    * sets `dirty`; a purger claims bits by setting `purging` and clearing
    * `dirty`, so the owner taking a slab back waits for a purge under way. */
@@ -214,6 +226,18 @@ HM_INLINE const slab_shape_t *hm_shape_of(const slab_t *s) {
 }
 HM_INLINE char *hm_slab_start(const slab_t *s) {
   return (char *)hm_ss_of(s) + s->start_off;
+}
+/* Slab s's remote list (s in a SuperSlab: not a heap's foreign cache or
+ * the empty slab). Default: in the SuperSlab header, found from s's
+ * address alone (slabs[] starts the SuperSlab), so that another thread's
+ * push reads nothing of the owner's descriptor line. Secure: the
+ * descriptor's second line. */
+HM_INLINE _Atomic uintptr_t *hm_slab_remote(const slab_t *s) {
+#ifdef HAKMEM_SECURE
+  return (_Atomic uintptr_t *)&s->remote;
+#else
+  return &hm_ss_of(s)->remote[((uintptr_t)s & SS_MASK) / sizeof(slab_t)];
+#endif
 }
 
 /* ---- statistics (src/stats.c) ------------------------------------------ */
@@ -496,28 +520,41 @@ HM_INLINE bool hm_slab_holds(const slab_shape_t *sh, const void *p) {
   return (uint64_t)x * sh->div_mul < __atomic_load_n(&sh->limit, __ATOMIC_RELAXED);
 }
 /* The same check for the slab's owner, from its descriptor, whose line the
- * owner's free touches anyway (the shape is another line): x ->
- * rotr(x * m^-1 mod 2^32, k) maps x = j * d to j and every other x to at
- * least 2^32 / d > carved. */
+ * owner's free touches anyway (the shape is another line). Default: the
+ * same multiply and compare, with the descriptor's copies of the
+ * multiplier and the limit. Secure (no room for them on the descriptor's
+ * first line): x -> rotr(x * m^-1 mod 2^32, k) maps x = j * d to j and
+ * every other x to at least 2^32 / d > carved. */
 HM_INLINE bool hm_slab_holds_own(const slab_t *s, const void *p) {
-  uint32_t q = (hm_ss_offset(p) - s->start_off) * s->div_inv;
+  uint32_t x = hm_ss_offset(p) - s->start_off;
+#ifdef HAKMEM_SECURE
+  uint32_t q = x * s->div_inv;
   unsigned k = s->div_shift;
   q = (q >> k) | (q << (-k & 31)); /* rotate right */
   return q < s->carved;
+#else
+  return (uint64_t)x * s->div_mul < s->limit;
+#endif
 }
-/* The carved count as free checks it (0: every free into the slab is
- * invalid). */
+/* The block check's limit for n carved blocks of block_size bytes (0: every
+ * free into the slab is invalid). (n << k <= the slab's bytes / m: 32 bits
+ * are enough.) */
+HM_INLINE uint32_t hm_check_limit(uint32_t block_size, unsigned n) {
+  return n == 0 ? 0 : (uint32_t)n << __builtin_ctz(block_size);
+}
+/* The carved count as other threads' frees check it. */
 HM_INLINE void hm_shape_set_carved(slab_shape_t *sh, unsigned n) {
   __atomic_store_n(&sh->carved, (uint16_t)n, __ATOMIC_RELAXED);
-  /* (carved << k <= the slab's bytes / m: 32 bits are enough) */
-  uint32_t limit = n == 0 ? 0 : (uint32_t)n << __builtin_ctz(sh->block_size);
-  __atomic_store_n(&sh->limit, limit, __ATOMIC_RELAXED);
+  __atomic_store_n(&sh->limit, hm_check_limit(sh->block_size, n), __ATOMIC_RELAXED);
 }
+/* The carved count, as the slab keeps it and as every free checks it. */
 HM_INLINE void hm_slab_set_carved(slab_t *s, unsigned n) {
   s->carved = (uint16_t)n;
+#ifndef HAKMEM_SECURE
+  s->limit = hm_check_limit(s->block_size, n);
+#endif
   hm_shape_set_carved(&hm_ss_of(s)->shape[s->index], n);
 }
-
 #ifdef HAKMEM_SECURE
 /* Secure mode: a free block holds the tag in every word from byte 8 to
  * HM_FILL_BYTES: the tag is the fill pattern (bytes 0..7 hold the encoded

@@ -78,7 +78,7 @@ static bool tagged_block_is_free(superslab_t *ss, slab_t *s, const void *p) {
   if (__atomic_load_n(&ss->shape[s->index].cls, __ATOMIC_RELAXED) & SLAB_CLS_CACHED) return true;
   /* The remote list only grows at its head while we (the only thread that
    * takes from it) hold a snapshot, so walking the snapshot is safe. */
-  const block_t *r = (const block_t *)(atomic_load_explicit(&s->remote, memory_order_acquire) & ~REMOTE_NOTIFY);
+  const block_t *r = (const block_t *)(atomic_load_explicit(hm_slab_remote(s), memory_order_acquire) & ~REMOTE_NOTIFY);
   return on_list(s, s->free, p) || on_list(s, s->local_free, p) || on_list(s, r, p);
 }
 

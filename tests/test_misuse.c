@@ -297,6 +297,21 @@ static void c_double_released_slab(void) {
   free(announce(v[0]));
 }
 
+/* The same, but the released slab's memory went back to the OS before the
+ * second free (malloc_trim): the block holds no free tag any more, and
+ * the owner's block check alone must refuse it. */
+static void c_double_released_purged(void) {
+  enum { N = 3000 };
+  static char *v[N];
+  for (int i = 0; i < N; i++) CHECK((v[i] = malloc(64)) != NULL, "malloc");
+  uintptr_t slab = (uintptr_t)v[0] & ~(uintptr_t)0xffff;
+  for (int i = 0; i < N; i++)
+    if (((uintptr_t)v[i] & ~(uintptr_t)0xffff) == slab) free(v[i]);
+  malloc_trim(0);
+  CHECK(((volatile uintptr_t *)v[0])[1] == 0, "the released slab's memory was not given back");
+  free(announce(v[0]));
+}
+
 /* The same, but the released slab is then carved again for 48-byte
  * blocks, so that the slab's second 64-byte block (byte 64 of the slab's
  * blocks, 16 bytes into a 48-byte one) is no block boundary any more: the
@@ -570,6 +585,8 @@ static const struct mcase cases[] = {
     {"double_cached_then_owner", c_double_cached_then_owner, ABORTS, "double free", "block already free", 0, 0},
     {"double_abandoned", c_double_abandoned, ABORTS, "double free", "block already free", 0, 0},
     {"double_released_slab", c_double_released_slab, ABORTS, "double free",
+     "block already free; its slab has been emptied since", 0, 0},
+    {"double_released_purged", c_double_released_purged, ABORTS, "double free",
      "block already free; its slab has been emptied since", 0, 0},
     {"double_recarved_slab", c_double_recarved_slab, ABORTS, "double free",
      "block already free; its slab has been emptied since", 0, 0},
