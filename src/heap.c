@@ -200,7 +200,8 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
   }
   if (i == ss->nslabs - 1u) bytes -= HM_GUARD_SIZE; /* secure: the SuperSlab's guard page */
   s->free = s->local_free = NULL;
-  atomic_store_explicit(hm_slab_remote(s), 0, memory_order_relaxed);
+  /* (its remote list is empty, as slab_release left it, or zero from the OS) */
+  HM_ASSERT(atomic_load_explicit(hm_slab_remote(s), memory_order_relaxed) == 0);
   s->used = 0;
   s->carved_kept = 0;
   slab_set_class(s, cls);
@@ -232,7 +233,10 @@ static bool slab_release(heap_t *h, slab_t *s) {
    * again for the class needs no carving (ss_take_slab). */
   s->carved_kept = s->carved;
   hm_slab_set_carved(s, 0);
-  atomic_store_explicit(hm_slab_remote(s), 0, memory_order_relaxed);
+  /* Its remote list is empty: used counts the blocks on it, and the notify
+   * bit goes with the FULL state. (No store: in the default layout the
+   * list is on another line than the descriptor.) */
+  HM_ASSERT(atomic_load_explicit(hm_slab_remote(s), memory_order_relaxed) == 0);
   bool had_none = ss->free_mask == 0;
   ss->free_mask |= 1u << s->index;
   if (ss->free_mask == ss_all_mask(ss)) {
