@@ -284,16 +284,22 @@ static void c_double_abandoned(void) {
   free(announce(a));
 }
 
-/* The second free comes after the block's slab was emptied and released
- * (the SuperSlab stays in use): 64-byte blocks fill 64 KiB slabs, so of
- * 3000 blocks the first slab's are freed, which releases it. */
-static void c_double_released_slab(void) {
-  enum { N = 3000 };
-  static char *v[N];
-  for (int i = 0; i < N; i++) CHECK((v[i] = malloc(64)) != NULL, "malloc");
+/* 64-byte blocks fill 64 KiB slabs: of RELEASE_N such blocks in v, free
+ * those of the first one's slab, which empties and releases that slab (the
+ * SuperSlab stays in use). Returns the slab's address. */
+enum { RELEASE_N = 3000 };
+static uintptr_t release_first_slab(char **v) {
+  for (int i = 0; i < RELEASE_N; i++) CHECK((v[i] = malloc(64)) != NULL, "malloc");
   uintptr_t slab = (uintptr_t)v[0] & ~(uintptr_t)0xffff;
-  for (int i = 0; i < N; i++)
+  for (int i = 0; i < RELEASE_N; i++)
     if (((uintptr_t)v[i] & ~(uintptr_t)0xffff) == slab) free(v[i]);
+  return slab;
+}
+
+/* The second free comes after the block's slab was emptied and released. */
+static void c_double_released_slab(void) {
+  static char *v[RELEASE_N];
+  release_first_slab(v);
   free(announce(v[0]));
 }
 
@@ -301,12 +307,8 @@ static void c_double_released_slab(void) {
  * second free (malloc_trim): the block holds no free tag any more, and
  * the owner's block check alone must refuse it. */
 static void c_double_released_purged(void) {
-  enum { N = 3000 };
-  static char *v[N];
-  for (int i = 0; i < N; i++) CHECK((v[i] = malloc(64)) != NULL, "malloc");
-  uintptr_t slab = (uintptr_t)v[0] & ~(uintptr_t)0xffff;
-  for (int i = 0; i < N; i++)
-    if (((uintptr_t)v[i] & ~(uintptr_t)0xffff) == slab) free(v[i]);
+  static char *v[RELEASE_N];
+  release_first_slab(v);
   malloc_trim(0);
   CHECK(((volatile uintptr_t *)v[0])[1] == 0, "the released slab's memory was not given back");
   free(announce(v[0]));
@@ -318,20 +320,17 @@ static void c_double_released_purged(void) {
  * free tag it still holds tells the second free. (Secure mode hands the
  * blocks out in random order: the slab's lowest block is its first.) */
 static void c_double_recarved_slab(void) {
-  enum { N = 3000 };
-  static char *v[N], *w[N];
-  for (int i = 0; i < N; i++) CHECK((v[i] = malloc(64)) != NULL, "malloc");
-  uintptr_t slab = (uintptr_t)v[0] & ~(uintptr_t)0xffff;
+  static char *v[RELEASE_N], *w[RELEASE_N];
+  uintptr_t slab = release_first_slab(v);
+  /* (the pointers stay valid to compare: only their blocks were freed) */
   char *first = v[0], *second = NULL;
-  for (int i = 0; i < N; i++)
+  for (int i = 0; i < RELEASE_N; i++)
     if (((uintptr_t)v[i] & ~(uintptr_t)0xffff) == slab && v[i] < first) first = v[i];
-  for (int i = 0; i < N; i++)
+  for (int i = 0; i < RELEASE_N; i++)
     if (v[i] == first + 64) second = v[i];
   CHECK(second != NULL, "the slab's second block");
-  for (int i = 0; i < N; i++)
-    if (((uintptr_t)v[i] & ~(uintptr_t)0xffff) == slab) free(v[i]);
   int reused = 0;
-  for (int i = 0; i < N; i++) {
+  for (int i = 0; i < RELEASE_N; i++) {
     CHECK((w[i] = malloc(48)) != NULL, "malloc");
     reused |= ((uintptr_t)w[i] & ~(uintptr_t)0xffff) == slab;
   }
