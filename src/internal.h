@@ -746,19 +746,23 @@ HM_INLINE void *hm_malloc(size_t n) {
   return hm_large_alloc(n, 0);
 }
 
-/* Push a block being freed: the owner on local_free without atomics, other
- * threads on the atomic remote list. */
+/* The owner's push of a block being freed: on local_free, without atomics. */
+HM_INLINE void hm_free_push_own(heap_t *h, slab_t *s, block_t *b) {
+  hm_check_block(s, b);
+  HM_STAT_ADD(h, free_local[s->cls], 1);
+  hm_next_set(s, b, s->local_free);
+  s->local_free = b;
+  if (unlikely(--s->used == 0)) hm_free_local_slow(h, s); /* emptied, or FULL */
+}
+
+/* Push a block being freed: the owner on local_free, other threads through
+ * hm_free_foreign. */
 HM_INLINE void hm_free_push(superslab_t *ss, slab_t *s, block_t *b) {
   heap_t *h = hm_tls_heap;
-  if (likely(atomic_load_explicit(&ss->owner, memory_order_relaxed) == h)) {
-    hm_check_block(s, b);
-    HM_STAT_ADD(h, free_local[s->cls], 1);
-    hm_next_set(s, b, s->local_free);
-    s->local_free = b;
-    if (unlikely(--s->used == 0)) hm_free_local_slow(h, s); /* emptied, or FULL */
-    return;
-  }
-  hm_free_foreign(h, ss, b);
+  if (likely(atomic_load_explicit(&ss->owner, memory_order_relaxed) == h))
+    hm_free_push_own(h, s, b);
+  else
+    hm_free_foreign(h, ss, b);
 }
 
 /* free: find the SuperSlab by masking, the slab by a shift. */
@@ -777,12 +781,7 @@ HM_INLINE void hm_free(void *p) {
         hm_free_suspect(p);
         return;
       }
-      block_t *b = (block_t *)p;
-      hm_check_block(s, b);
-      HM_STAT_ADD(h, free_local[s->cls], 1);
-      hm_next_set(s, b, s->local_free);
-      s->local_free = b;
-      if (unlikely(--s->used == 0)) hm_free_local_slow(h, s); /* emptied, or FULL */
+      hm_free_push_own(h, s, (block_t *)p);
       return;
     }
     if (unlikely(!hm_block_mark_free((const slab_shape_t *)((const char *)ss->shape + o), p))) {
