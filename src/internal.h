@@ -210,6 +210,7 @@ typedef struct superslab {
 } superslab_t;
 _Static_assert(offsetof(superslab_t, owner) % 64 == 0, "the SuperSlab's fields start a cache line");
 _Static_assert(sizeof(superslab_t) <= SS_HEADER_SIZE, "header fits its page");
+_Static_assert(offsetof(superslab_t, slabs) == 0, "a slab's index is its descriptor's offset (hm_slab_remote)");
 
 HM_INLINE superslab_t *hm_ss_of(const void *p) {
   return (superslab_t *)((uintptr_t)p & ~SS_MASK);
