@@ -942,7 +942,10 @@ static void *large_grow(span_t *s, size_t n, size_t len) {
   if (q != NULL && (uintptr_t)q + len > ACE_LIMIT) hm_fatal("realloc", q, "mremap moved a block beyond the registry");
   pthread_mutex_lock(&ace_lock);
   leaves_install(q, len, &l);
-  (q != NULL ? span_record(q, len, SPAN_USED) : span_record(p, old, SPAN_USED))->dirty = q != NULL ? max_sz(dirty, need) : dirty;
+  if (q != NULL)
+    span_record(q, len, SPAN_USED)->dirty = max_sz(dirty, need);
+  else
+    span_record(p, old, SPAN_USED)->dirty = dirty;
   pthread_mutex_unlock(&ace_lock);
   if (q != NULL) return q;
   if (err == ENOMEM) return fail_refused(had_cache, n, 0, err);

@@ -82,13 +82,21 @@ static bool tagged_block_is_free(superslab_t *ss, slab_t *s, const void *p) {
   return on_list(s, s->free, p) || on_list(s, s->local_free, p) || on_list(s, r, p);
 }
 
+/* The bytes blocks of slab s may occupy, whatever its class: [*start, *end)
+ * (after the header in slab 0, before the guard page in secure mode's last). */
+static void slab_bounds(const superslab_t *ss, const slab_t *s, uintptr_t *start, uintptr_t *end) {
+  uintptr_t base = (uintptr_t)ss + ((uintptr_t)s->index << ss->slab_shift);
+  *start = base + (s->index == 0 ? SS_HEADER_SIZE : 0);
+  *end = base + ((uintptr_t)1 << ss->slab_shift) - (s->index + 1u == ss->nslabs ? HM_GUARD_SIZE : 0);
+}
+
 /* Was p a block of slab s, since emptied and released? (A released slab
- * keeps its block size and start until it is used again.) Then p is a
- * stale pointer: freed already. */
+ * keeps its block size until it is used again.) Then p is a stale pointer:
+ * freed already. */
 static bool released_block(const superslab_t *ss, const slab_t *s, const void *p) {
   if (__atomic_load_n(&s->in_use, __ATOMIC_RELAXED) != SLAB_UNUSED || s->block_size == 0) return false;
-  uintptr_t a = (uintptr_t)p, start = (uintptr_t)hm_slab_start(s);
-  uintptr_t end = (uintptr_t)ss + ((uintptr_t)(s->index + 1) << ss->slab_shift);
+  uintptr_t a = (uintptr_t)p, start, end;
+  slab_bounds(ss, s, &start, &end);
   return a >= start && a + s->block_size <= end && (a - start) % s->block_size == 0;
 }
 
@@ -97,9 +105,8 @@ static bool released_block(const superslab_t *ss, const slab_t *s, const void *p
  * for another size? Then p is a stale pointer: freed already. (The tag is
  * a random 64-bit value; only a free writes it.) */
 static bool stale_tagged(const superslab_t *ss, const slab_t *s, const void *p) {
-  uintptr_t a = (uintptr_t)p, base = (uintptr_t)ss + ((uintptr_t)s->index << ss->slab_shift);
-  uintptr_t start = base + (s->index == 0 ? SS_HEADER_SIZE : 0);
-  uintptr_t end = base + ((uintptr_t)1 << ss->slab_shift) - (s->index + 1u == ss->nslabs ? HM_GUARD_SIZE : 0);
+  uintptr_t a = (uintptr_t)p, start, end;
+  slab_bounds(ss, s, &start, &end);
   return (a & 15) == 0 && a >= start && a + 16 <= end && ((const uintptr_t *)p)[1] == hm_free_tag;
 }
 
