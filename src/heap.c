@@ -4,7 +4,7 @@
  *
  * Ownership: a SuperSlab belongs to one heap (ss->owner) or to none
  * (abandoned / in the backend). Only the owner touches a slab's free,
- * local_free, used and flags, and its heap's lists, so none of that needs
+ * local_free, used and state, and its heap's lists, so none of that needs
  * atomics. Other threads only push on slab->remote.
  *
  * Slab states (in_use): UNUSED; ACTIVE (the class's current slab, or FULL);
@@ -127,7 +127,7 @@ void hm_check_slab(const slab_t *s) {
   HM_ASSERT(s->block_size == hm_class_size[s->cls]);
   HM_ASSERT(s->carved <= s->capacity);
   /* blocks on the remote list still count as used */
-  if (s->flags & SLAB_FULL) {
+  if (s->in_use == SLAB_FULL) {
     HM_ASSERT(s->used == 1 && s->carved == s->capacity && s->free == NULL && s->local_free == NULL);
     return;
   }
@@ -148,7 +148,7 @@ static void slab_set_class(slab_t *s, unsigned cls) {
   HM_ASSERT(m * inv == 1u && k >= 4 && k < 32);
   s->cls = (uint8_t)cls;
   s->block_size = d;
-  slab_shape_t *sh = &hm_ss_of(s)->shape[s->index];
+  slab_shape_t *sh = hm_shape_of(s);
   /* Clears SLAB_CLS_CACHED: an unused slab has no block in any foreign
    * cache. (A plain store: no block of the slab is out, so no other thread
    * reads or sets the byte before the program hands one over; an atomic
@@ -179,16 +179,16 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
   if (ss->free_mask == 0) partial_unlink(h, ss);
   bool intact = hm_purge_slab_take(ss, i); /* waits if a purger is giving it back right now */
   slab_t *s = &ss->slabs[i];
-  if (intact && s->carved_kept != 0 && s->cls == cls) {
+  if (intact && ss->shape[i].carved_kept != 0 && s->cls == cls) {
     /* Released by this heap with every block it had carved on its lists,
      * and not given back since: take it as it is, without carving again.
      * (The list encoding key stays: the lists are not empty.) */
-    HM_ASSERT(s->used == 0 && !(s->flags & SLAB_FULL));
+    HM_ASSERT(s->used == 0);
     ss->shape[i].cls = (uint8_t)cls; /* clears SLAB_CLS_CACHED (all its blocks came back) */
     s->in_use = SLAB_ACTIVE;
     s->next = s->prev = NULL;
-    hm_slab_set_carved(s, s->carved_kept); /* frees into it are valid again */
-    s->carved_kept = 0;
+    hm_slab_set_carved(s, ss->shape[i].carved_kept); /* frees into it are valid again */
+    ss->shape[i].carved_kept = 0;
     hm_stats_carved(cls, s->carved);
     return s;
   }
@@ -203,11 +203,10 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
   /* (its remote list is empty, as slab_release left it, or zero from the OS) */
   HM_ASSERT(atomic_load_explicit(hm_slab_remote(s), memory_order_relaxed) == 0);
   s->used = 0;
-  s->carved_kept = 0;
+  ss->shape[i].carved_kept = 0;
   slab_set_class(s, cls);
   s->capacity = (uint16_t)(bytes / s->block_size);
   hm_slab_set_carved(s, 0);
-  s->flags = 0;
   s->in_use = SLAB_ACTIVE;
   s->start_off = ss->shape[i].start_off = (uint32_t)(start - (char *)ss);
   s->next = s->prev = NULL;
@@ -224,21 +223,21 @@ static bool slab_release(heap_t *h, slab_t *s) {
   HM_ASSERT(s->used == 0 && h->cur[s->cls] != s);
   hm_check_slab(s);
   hm_stats_released(s->cls, s->carved);
+  HM_ASSERT(s->in_use != SLAB_FULL);
   if (s->in_use == SLAB_LISTED) avail_unlink(h, s);
   s->in_use = SLAB_UNUSED;
-  HM_ASSERT(!(s->flags & SLAB_FULL));
   /* A free into an unused slab is invalid (by the owner too): carved is 0
    * for the block check. The descriptor keeps the count aside, and its
    * lists (all carved blocks, every one free), so that taking the slab
    * again for the class needs no carving (ss_take_slab). */
-  s->carved_kept = s->carved;
+  hm_shape_of(s)->carved_kept = s->carved;
   hm_slab_set_carved(s, 0);
   /* Its remote list is empty: used counts the blocks on it, and the notify
    * bit goes with the FULL state. (No store: in the default layout the
    * list is on another line than the descriptor.) */
   HM_ASSERT(atomic_load_explicit(hm_slab_remote(s), memory_order_relaxed) == 0);
   bool had_none = ss->free_mask == 0;
-  ss->free_mask |= 1u << s->index;
+  ss->free_mask |= 1u << hm_slab_idx(s);
   if (ss->free_mask == ss_all_mask(ss)) {
     if (ss->on_partial) partial_unlink(h, ss);
     all_unlink(h, ss);
@@ -246,7 +245,7 @@ static bool slab_release(heap_t *h, slab_t *s) {
     hm_backend_ss_free(ss);
     return true;
   }
-  hm_purge_slab_unused(ss, s->index);
+  hm_purge_slab_unused(ss, hm_slab_idx(s));
   if (had_none) partial_push(h, ss);
   return false;
 }
@@ -291,7 +290,7 @@ static void slab_carve(slab_t *s) {
 #endif
   for (uint32_t i = n; i-- > 0;) {
     block_t *b = (block_t *)(p + (size_t)CARVE_AT(i) * bs);
-    hm_block_tag_free(bs, b);
+    hm_block_tag_free(bs, hm_free_tag_of(s), b);
     hm_next_set(s, b, list);
     list = b;
   }
@@ -346,7 +345,7 @@ static bool slab_try_mark_full(slab_t *s) {
   uintptr_t expected = 0;
   if (!atomic_compare_exchange_strong(hm_slab_remote(s), &expected, REMOTE_NOTIFY)) return false;
   HM_ASSERT(s->used == s->capacity);
-  s->flags |= SLAB_FULL;
+  s->in_use = SLAB_FULL;
   s->used = 1;
   return true;
 }
@@ -354,8 +353,8 @@ static bool slab_try_mark_full(slab_t *s) {
 /* Leave the FULL state; local_frees: blocks the owner freed since (whose
  * decrements of used the FULL bias absorbed). */
 static void slab_unfull(slab_t *s, uint32_t local_frees) {
-  if (!(s->flags & SLAB_FULL)) return;
-  s->flags = 0;
+  if (s->in_use != SLAB_FULL) return;
+  s->in_use = SLAB_ACTIVE;
   s->used = s->capacity - local_frees;
 }
 
@@ -369,8 +368,7 @@ static void ss_setup(heap_t *h, superslab_t *ss, unsigned kind) {
   atomic_store_explicit(&ss->pending, 0, memory_order_relaxed);
   for (unsigned i = 0; i < ss->nslabs; i++) {
     ss->slabs[i].in_use = SLAB_UNUSED;
-    ss->slabs[i].index = (uint8_t)i;
-    ss->slabs[i].carved_kept = 0;
+    ss->shape[i].carved_kept = 0;
     hm_slab_set_carved(&ss->slabs[i], 0);
   }
 #ifdef HAKMEM_SECURE
@@ -464,7 +462,7 @@ static void heap_process_pending(heap_t *h) {
       unsigned i = (unsigned)__builtin_ctzll(bits);
       bits &= bits - 1;
       slab_t *s = &ss->slabs[i];
-      if (s->in_use == SLAB_UNUSED || !(s->flags & SLAB_FULL)) continue;
+      if (s->in_use != SLAB_FULL) continue;
       slab_unfull(s, 0);
       slab_collect_remote(s);
       if (s->used == 0) {
@@ -695,7 +693,7 @@ void *hm_alloc_class(unsigned c) {
 
 /* The fast path of free saw the slab emptied or FULL. */
 void hm_free_local_slow(heap_t *h, slab_t *s) {
-  if (s->flags & SLAB_FULL) {
+  if (s->in_use == SLAB_FULL) {
     atomic_fetch_and_explicit(hm_slab_remote(s), ~REMOTE_NOTIFY, memory_order_relaxed);
     slab_unfull(s, 1);
     avail_push(h, s);
@@ -719,7 +717,7 @@ static void remote_push(superslab_t *ss, slab_t *s, block_t *head, block_t *tail
                                                   memory_order_release, memory_order_relaxed));
   if (unlikely(old & REMOTE_NOTIFY)) {
     /* (the index from s's address: the owner's descriptor line stays with it) */
-    atomic_fetch_or(&ss->pending, (uint64_t)1 << (((uintptr_t)s & SS_MASK) / sizeof(slab_t)));
+    atomic_fetch_or(&ss->pending, (uint64_t)1 << hm_slab_idx(s));
     heap_t *owner = atomic_load(&ss->owner);
     if (owner != NULL) atomic_store(&owner->pending_hint, 1);
   }
@@ -827,7 +825,7 @@ void hm_heap_thread_exit(heap_t *h) {
   for (superslab_t *ss = h->all; ss != NULL; ss = ss->all_next)
     for (unsigned i = 0; i < ss->nslabs; i++) {
       slab_t *s = &ss->slabs[i];
-      if (s->in_use == SLAB_UNUSED) continue;
+      if (s->in_use == SLAB_UNUSED || s->in_use == SLAB_FULL) continue;
       s->in_use = SLAB_ACTIVE;
       s->next = s->prev = NULL;
     }
@@ -876,7 +874,7 @@ void hm_heap_reclaim_abandoned(void) {
         if (s->used == 0) {
           hm_stats_released(s->cls, s->carved);
           s->in_use = SLAB_UNUSED;
-          s->carved_kept = 0;
+          ss->shape[i].carved_kept = 0;
           hm_slab_set_carved(s, 0);
           emptied |= 1u << i;
         }
@@ -912,7 +910,7 @@ static bool release_if_idle(heap_t *h, unsigned c, bool all) {
     h->idle_heads[c] = heads;
     if (!idle) return true;
     superslab_t *ss = hm_ss_of(s);
-    if ((ss->free_mask | 1u << s->index) == ss_all_mask(ss)) return false;
+    if ((ss->free_mask | 1u << hm_slab_idx(s)) == ss_all_mask(ss)) return false;
   }
   heap_set_cur(h, c, &hm_empty_slab);
   slab_release(h, s);
@@ -980,7 +978,7 @@ void hm_ss_in_use(superslab_t *ss, size_t in_use[2]) {
     unsigned cls = __atomic_load_n(&s->cls, __ATOMIC_RELAXED);
     if (cls >= NUM_CLASSES) continue;
     size_t used = __atomic_load_n(&s->used, __ATOMIC_RELAXED);
-    if (__atomic_load_n(&s->flags, __ATOMIC_RELAXED) & SLAB_FULL) used = s->capacity; /* (biased while FULL) */
+    if (__atomic_load_n(&s->in_use, __ATOMIC_RELAXED) == SLAB_FULL) used = s->capacity; /* (biased while FULL) */
     in_use[hm_class_size[cls] <= TINY_MAX ? HM_LANE_TINY : HM_LANE_MID] += used * hm_class_size[cls];
   }
 }

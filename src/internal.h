@@ -92,15 +92,14 @@ typedef struct block { struct block *next; } block_t;
 
 struct heap;
 
-/* slab->flags: the owner found no free block; a remote free must notify.
- * While FULL, used holds 1 instead of the capacity, so that the first local
- * free brings it to 0 and takes the slow path (slab_unfull puts the true
- * count back): free tests "emptied or FULL" with one decrement. */
-#define SLAB_FULL 1u
 #define REMOTE_NOTIFY ((uintptr_t)1)
 
-/* slab->in_use (heap.c describes the states) */
-enum { SLAB_UNUSED = 0, SLAB_ACTIVE = 1, SLAB_LISTED = 2, SLAB_FOREIGN = 3 };
+/* slab->in_use (heap.c describes the states). SLAB_FULL: the owner found
+ * no free block; a remote free must notify. While FULL, used holds 1
+ * instead of the capacity, so that the first local free brings it to 0 and
+ * takes the slow path (slab_unfull puts the true count back): free tests
+ * "emptied or FULL" with one decrement. */
+enum { SLAB_UNUSED = 0, SLAB_ACTIVE = 1, SLAB_LISTED = 2, SLAB_FOREIGN = 3, SLAB_FULL = 4 };
 
 #ifndef HAKMEM_SECURE
 /* Default: one line, all that malloc and free read and write, with the
@@ -117,12 +116,9 @@ typedef struct slab {
   uint16_t used;               /* blocks handed out, remote-freed ones included */
   uint16_t capacity;           /* blocks the slab can hold */
   uint16_t carved;             /* blocks carved so far (lazily, to spare RSS); 0 when unused */
-  uint8_t flags;               /* SLAB_FULL */
   uint8_t cls;
-  uint8_t in_use;
-  uint8_t index;               /* position in the SuperSlab */
-  uint16_t carved_kept;        /* unused: carved when released, to take it again as it is (ss_take_slab) */
-  uint32_t limit;              /* checks: the owner's block check's limit, carved << k */
+  uint8_t in_use;              /* state, SLAB_FULL included */
+  uint64_t limit;              /* checks: the owner's block check's limit, carved << k (64 bits: the compare takes it from memory) */
   struct slab *next, *prev;    /* heap's list of slabs with free blocks */
 } slab_t;
 _Static_assert(sizeof(slab_t) == 64, "slab descriptor is one cache line");
@@ -141,16 +137,13 @@ typedef struct slab {
   uint16_t used;               /* blocks handed out, remote-freed ones included */
   uint16_t carved;             /* blocks carved so far (lazily, to spare RSS); 0 when unused */
   uint16_t capacity;           /* blocks the slab can hold */
-  uint8_t flags;               /* SLAB_FULL */
   uint8_t cls;
-  uint8_t in_use;
-  uint8_t index;               /* position in the SuperSlab */
+  uint8_t in_use;              /* state, SLAB_FULL included */
   uint8_t div_shift;           /* the owner's block check: block_size's trailing zero bits */
   uint32_t div_inv;            /* the owner's block check: block_size's odd part's inverse mod 2^32 */
   struct slab *next, *prev;    /* heap's list of slabs with free blocks */
   _Atomic uintptr_t remote __attribute__((aligned(64))); /* other threads' frees (LIFO); bit 0: notify owner */
-  uint16_t carved_kept;        /* unused: carved when released, to take it again as it is (ss_take_slab) */
-  uint8_t secure_pad_[54];
+  uint8_t secure_pad_[56];
 } slab_t;
 _Static_assert(sizeof(slab_t) == 128, "secure slab descriptor: two cache lines");
 _Static_assert(offsetof(slab_t, remote) == 64, "secure: malloc, free and the avail links read the first line");
@@ -163,16 +156,17 @@ _Static_assert(offsetof(slab_t, remote) == 64, "secure: malloc, free and the ava
  * when the slab is set up and as it carves. */
 typedef struct {
   uint64_t div_mul;            /* checks: the block check's multiplier (hm_slab_holds) */
+  uint64_t limit;              /* checks: carved << (block_size's trailing zero bits) */
   uint32_t start_off;          /* = the descriptor's */
-  uint32_t limit;              /* checks: carved << (block_size's trailing zero bits) */
   uint32_t block_size;         /* = the descriptor's */
   uint16_t carved;             /* = the descriptor's, 0 when unused (relaxed atomics) */
+  uint16_t carved_kept;        /* unused: carved when released, to take it again as it is (ss_take_slab; owner only) */
   /* The slab's class. Bit SLAB_CLS_CACHED: a block of the slab went into
    * another thread's foreign cache since the slab was taken (set by that
    * thread, once), where the owner's double-free check cannot see it
    * (misuse.c). Other threads read and set it atomically. */
   uint8_t cls;
-  uint8_t pad_[9];
+  uint8_t pad_[3];
 } slab_shape_t;
 _Static_assert(sizeof(slab_shape_t) == 32, "two shapes a cache line");
 _Static_assert(sizeof(slab_t) % sizeof(slab_shape_t) == 0, "hm_free scales one index for both");
@@ -181,8 +175,7 @@ _Static_assert(sizeof(slab_t) % sizeof(slab_shape_t) == 0, "hm_free scales one i
 _Static_assert(NUM_CLASSES <= SLAB_CLS_CACHED, "a class fits below the foreign-cache bit");
 
 typedef struct superslab {
-  /* First, so that a slab's descriptor is at ss + 64 * index. */
-  slab_t slabs[SS_MAX_SLABS];
+  /* One line of its own: what free reads first (owner, slab_shift). */
   _Atomic(struct heap *) owner; /* NULL while abandoned or in the backend */
   uint8_t kind;
   uint8_t slab_shift;
@@ -192,6 +185,10 @@ typedef struct superslab {
   _Atomic uint64_t pending;     /* slabs whose FULL flag a remote free hit */
   struct superslab *next, *prev;         /* partial list / backend / abandoned */
   struct superslab *all_next, *all_prev; /* owner's list of all its SSs */
+  /* The descriptors, from the second line: no descriptor's address is the
+   * SuperSlab's, which the end of a block of the chunk below can be (the
+   * free tag is a descriptor's address: hm_free_tag_of). */
+  slab_t slabs[SS_MAX_SLABS] __attribute__((aligned(64)));
   slab_shape_t shape[SS_MAX_SLABS] __attribute__((aligned(64)));
 #ifndef HAKMEM_SECURE
   /* Each slab's remote list: other threads' frees (LIFO); bit 0: notify
@@ -208,9 +205,9 @@ typedef struct superslab {
   _Atomic uint32_t idle_ms[SS_MAX_SLABS]; /* when it became unused (ms clock) */
   uint8_t guarded;              /* secure: the guard page at the end is in place */
 } superslab_t;
-_Static_assert(offsetof(superslab_t, owner) % 64 == 0, "the SuperSlab's fields start a cache line");
+_Static_assert(offsetof(superslab_t, owner) == 0, "the SuperSlab's fields start it");
 _Static_assert(sizeof(superslab_t) <= SS_HEADER_SIZE, "header fits its page");
-_Static_assert(offsetof(superslab_t, slabs) == 0, "a slab's index is its descriptor's offset (hm_slab_remote)");
+_Static_assert(offsetof(superslab_t, slabs) == 64, "descriptors from the second line (hm_slab_idx)");
 
 HM_INLINE superslab_t *hm_ss_of(const void *p) {
   return (superslab_t *)((uintptr_t)p & ~SS_MASK);
@@ -222,22 +219,26 @@ HM_INLINE slab_t *hm_slab_of(superslab_t *ss, const void *p) {
 HM_INLINE size_t hm_slab_index(const superslab_t *ss, const void *p) {
   return ((uintptr_t)p & SS_MASK) >> ss->slab_shift;
 }
-HM_INLINE const slab_shape_t *hm_shape_of(const slab_t *s) {
-  return &hm_ss_of(s)->shape[s->index];
+/* Slab s's index in its SuperSlab, from its address alone. */
+HM_INLINE unsigned hm_slab_idx(const slab_t *s) {
+  return (unsigned)((((uintptr_t)s & SS_MASK) - offsetof(superslab_t, slabs)) / sizeof(slab_t));
+}
+HM_INLINE slab_shape_t *hm_shape_of(const slab_t *s) {
+  return &hm_ss_of(s)->shape[hm_slab_idx(s)];
 }
 HM_INLINE char *hm_slab_start(const slab_t *s) {
   return (char *)hm_ss_of(s) + s->start_off;
 }
 /* Slab s's remote list (s in a SuperSlab: not a heap's foreign cache or
  * the empty slab). Default: in the SuperSlab header, found from s's
- * address alone (slabs[] starts the SuperSlab), so that another thread's
+ * address alone (hm_slab_idx), so that another thread's
  * push reads nothing of the owner's descriptor line. Secure: the
  * descriptor's second line. */
 HM_INLINE _Atomic uintptr_t *hm_slab_remote(const slab_t *s) {
 #ifdef HAKMEM_SECURE
   return (_Atomic uintptr_t *)&s->remote;
 #else
-  return &hm_ss_of(s)->remote[((uintptr_t)s & SS_MASK) / sizeof(slab_t)];
+  return &hm_ss_of(s)->remote[hm_slab_idx(s)];
 #endif
 }
 
@@ -500,10 +501,20 @@ HM_HIDDEN void hm_check_block(const slab_t *s, const void *p);
 #endif
 
 /* ---- hardening: misuse checks, secure mode (docs/SECURITY.md) ---------- */
-/* Every block on a free list holds hm_free_tag in its second word (blocks
+/* Every block on a free list holds the free tag in its second word (blocks
  * are >= 16 B); handing a block out clears it. free() of a block that holds
- * it is a double free, confirmed by a list scan where that is safe. */
+ * it is a double free, confirmed by a list scan where that is safe.
+ * Default: the tag of a block of slab s is s's address, which free has in a
+ * register (no load): an address inside a SuperSlab's header, never the
+ * SuperSlab's own (hm_slab_idx), which no block covers and no pointer a
+ * program derives from its blocks can hold. Secure: hm_free_tag, random per
+ * process (the fill pattern). */
+#ifdef HAKMEM_SECURE
 extern HM_HIDDEN uintptr_t hm_free_tag;   /* random per process, never 0 */
+#define hm_free_tag_of(s) ((void)(s), hm_free_tag)
+#else
+#define hm_free_tag_of(s) ((uintptr_t)(const slab_t *)(s))
+#endif
 enum { HM_OP_FREE, HM_OP_REALLOC, HM_OP_USABLE };
 
 /* Is p (an address in its slab's SuperSlab, sh the slab's shape) the start
@@ -540,8 +551,8 @@ HM_INLINE bool hm_slab_holds_own(const slab_t *s, const void *p) {
 /* The block check's limit for n carved blocks of block_size bytes (0: every
  * free into the slab is invalid). (n << k <= the slab's bytes / m: 32 bits
  * are enough.) */
-HM_INLINE uint32_t hm_check_limit(uint32_t block_size, unsigned n) {
-  return n == 0 ? 0 : (uint32_t)n << __builtin_ctz(block_size);
+HM_INLINE uint64_t hm_check_limit(uint32_t block_size, unsigned n) {
+  return n == 0 ? 0 : (uint64_t)n << __builtin_ctz(block_size);
 }
 /* The carved count as other threads' frees check it. */
 HM_INLINE void hm_shape_set_carved(slab_shape_t *sh, unsigned n) {
@@ -554,7 +565,7 @@ HM_INLINE void hm_slab_set_carved(slab_t *s, unsigned n) {
 #ifndef HAKMEM_SECURE
   s->limit = hm_check_limit(s->block_size, n);
 #endif
-  hm_shape_set_carved(&hm_ss_of(s)->shape[s->index], n);
+  hm_shape_set_carved(hm_shape_of(s), n);
 }
 #ifdef HAKMEM_SECURE
 /* Secure mode: a free block holds the tag in every word from byte 8 to
@@ -660,14 +671,15 @@ HM_INLINE void *hm_block_handout(const slab_t *s, block_t *b) {
   return b;
 }
 
-/* A free block of block_size bytes gets its tag (in secure mode: its
- * pattern). */
-HM_INLINE void hm_block_tag_free(uint32_t block_size, void *p) {
+/* A free block of block_size bytes gets its tag (hm_free_tag_of its slab;
+ * in secure mode: its pattern). */
+HM_INLINE void hm_block_tag_free(uint32_t block_size, uintptr_t tag, void *p) {
 #ifdef HAKMEM_SECURE
+  (void)tag;
   hm_secure_fill(block_size, p);
 #else
   (void)block_size;
-  ((uintptr_t *)p)[1] = hm_free_tag;
+  ((uintptr_t *)p)[1] = tag;
 #endif
 }
 
@@ -676,22 +688,25 @@ HM_INLINE void hm_block_tag_free(uint32_t block_size, void *p) {
  * hm_free_suspect (interior, unaligned, stale pointers; double frees).
  * holds: the block check (not evaluated without the checks). */
 #ifdef HAKMEM_NO_CHECKS
-#define HM_MARK_FREE(holds, block_size, p) ((void)sizeof(holds), (void)(block_size), (void)(p), true)
+#define HM_MARK_FREE(holds, block_size, tag, p) \
+  ((void)sizeof(holds), (void)(block_size), (void)(tag), (void)(p), true)
 #else
-#define HM_MARK_FREE(holds, block_size, p) (likely(holds) && hm_block_tag_unless_tagged((block_size), (p)))
-HM_INLINE bool hm_block_tag_unless_tagged(uint32_t block_size, void *p) {
-  if (unlikely(((uintptr_t *)p)[1] == hm_free_tag)) return false;
-  hm_block_tag_free(block_size, p);
+#define HM_MARK_FREE(holds, block_size, tag, p) \
+  (likely(holds) && hm_block_tag_unless_tagged((block_size), (tag), (p)))
+HM_INLINE bool hm_block_tag_unless_tagged(uint32_t block_size, uintptr_t tag, void *p) {
+  if (unlikely(((uintptr_t *)p)[1] == tag)) return false;
+  hm_block_tag_free(block_size, tag, p);
   return true;
 }
 #endif
-/* by a thread other than the owner: the block check from the shape */
-HM_INLINE bool hm_block_mark_free(const slab_shape_t *sh, void *p) {
-  return HM_MARK_FREE(hm_slab_holds(sh, p), sh->block_size, p);
+/* by a thread other than the owner: the block check from the shape (s:
+ * the slab's descriptor, whose address is the tag; its line is not read) */
+HM_INLINE bool hm_block_mark_free(const slab_shape_t *sh, const slab_t *s, void *p) {
+  return HM_MARK_FREE(hm_slab_holds(sh, p), sh->block_size, hm_free_tag_of(s), p);
 }
 /* by the slab's owner: the block check from its descriptor */
 HM_INLINE bool hm_block_mark_free_own(const slab_t *s, void *p) {
-  return HM_MARK_FREE(hm_slab_holds_own(s, p), s->block_size, p);
+  return HM_MARK_FREE(hm_slab_holds_own(s, p), s->block_size, hm_free_tag_of(s), p);
 }
 
 /* random.c: hm_random_u64 from the kernel (slow, any time); hm_random_fast
@@ -785,7 +800,7 @@ HM_INLINE void hm_free(void *p) {
       hm_free_push_own(h, s, (block_t *)p);
       return;
     }
-    if (unlikely(!hm_block_mark_free((const slab_shape_t *)((const char *)ss->shape + o), p))) {
+    if (unlikely(!hm_block_mark_free((const slab_shape_t *)((const char *)ss->shape + o), s, p))) {
       hm_free_suspect(p);
       return;
     }

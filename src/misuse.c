@@ -9,18 +9,20 @@
  *     that the program merely stored the tag's value there (the owner only,
  *     and only for slabs none of whose blocks went into another thread's
  *     foreign cache, which the scan cannot see: no other thread may walk
- *     those lists; otherwise the tag decides, and a program cannot hit a
- *     random 64-bit value by chance).
+ *     those lists; otherwise the tag decides: a program cannot hold it by
+ *     chance, internal.h has why).
  * Reports go through hm_misuse: abort, or print and leave the block alone
  * under HAKMEM_ON_ERROR=warn. */
 #include "internal.h"
 
+#ifdef HAKMEM_SECURE
 uintptr_t hm_free_tag;
+#endif
 
 /* At start-up, before any block exists. */
 void hm_misuse_init(void) {
-  hm_free_tag = (uintptr_t)hm_random_u64() | 1;
 #ifdef HAKMEM_SECURE
+  hm_free_tag = (uintptr_t)hm_random_u64() | 1;
   hm_fill_lane = _mm_set1_epi64x((long long)hm_free_tag);
 #endif
 }
@@ -75,7 +77,7 @@ static bool tagged_block_is_free(superslab_t *ss, slab_t *s, const void *p) {
   if (atomic_load_explicit(&ss->owner, memory_order_relaxed) != hm_tls_heap) return true;
   /* Another thread's foreign cache, which no list here shows, may hold it:
    * the tag decides, as for other threads. */
-  if (__atomic_load_n(&ss->shape[s->index].cls, __ATOMIC_RELAXED) & SLAB_CLS_CACHED) return true;
+  if (__atomic_load_n(&hm_shape_of(s)->cls, __ATOMIC_RELAXED) & SLAB_CLS_CACHED) return true;
   /* The remote list only grows at its head while we (the only thread that
    * takes from it) hold a snapshot, so walking the snapshot is safe. */
   const block_t *r = (const block_t *)(atomic_load_explicit(hm_slab_remote(s), memory_order_acquire) & ~REMOTE_NOTIFY);
@@ -85,9 +87,10 @@ static bool tagged_block_is_free(superslab_t *ss, slab_t *s, const void *p) {
 /* The bytes blocks of slab s may occupy, whatever its class: [*start, *end)
  * (after the header in slab 0, before the guard page in secure mode's last). */
 static void slab_bounds(const superslab_t *ss, const slab_t *s, uintptr_t *start, uintptr_t *end) {
-  uintptr_t base = (uintptr_t)ss + ((uintptr_t)s->index << ss->slab_shift);
-  *start = base + (s->index == 0 ? SS_HEADER_SIZE : 0);
-  *end = base + ((uintptr_t)1 << ss->slab_shift) - (s->index + 1u == ss->nslabs ? HM_GUARD_SIZE : 0);
+  unsigned i = hm_slab_idx(s);
+  uintptr_t base = (uintptr_t)ss + ((uintptr_t)i << ss->slab_shift);
+  *start = base + (i == 0 ? SS_HEADER_SIZE : 0);
+  *end = base + ((uintptr_t)1 << ss->slab_shift) - (i + 1u == ss->nslabs ? HM_GUARD_SIZE : 0);
 }
 
 /* Was p a block of slab s, since emptied and released? (A released slab
@@ -102,12 +105,13 @@ static bool released_block(const superslab_t *ss, const slab_t *s, const void *p
 
 /* Does p, no block boundary of its slab now, still hold the free tag of a
  * block that started there before the slab was emptied and carved again
- * for another size? Then p is a stale pointer: freed already. (The tag is
- * a random 64-bit value; only a free writes it.) */
+ * for another size? Then p is a stale pointer: freed already. (Only a
+ * free writes the tag, which is the same for every block the slab ever
+ * held.) */
 static bool stale_tagged(const superslab_t *ss, const slab_t *s, const void *p) {
   uintptr_t a = (uintptr_t)p, start, end;
   slab_bounds(ss, s, &start, &end);
-  return (a & 15) == 0 && a >= start && a + 16 <= end && ((const uintptr_t *)p)[1] == hm_free_tag;
+  return (a & 15) == 0 && a >= start && a + 16 <= end && ((const uintptr_t *)p)[1] == hm_free_tag_of(s);
 }
 
 /* p in a SuperSlab chunk: true if it is a live block; else reported. */
@@ -122,7 +126,7 @@ static bool ss_block_live(void *p, int op) {
       hm_report_invalid(p, op, ss_reason(s, p, buf, sizeof buf));
     return false;
   }
-  if (((uintptr_t *)p)[1] == hm_free_tag && tagged_block_is_free(ss, s, p)) {
+  if (((uintptr_t *)p)[1] == hm_free_tag_of(s) && tagged_block_is_free(ss, s, p)) {
     hm_report_double(p, op, "block already free");
     return false;
   }
@@ -135,7 +139,7 @@ void hm_free_suspect(void *p) {
   /* a live block whose second word held the tag's value: free it */
   superslab_t *ss = hm_ss_of(p);
   slab_t *s = hm_slab_of(ss, p);
-  hm_block_tag_free(s->block_size, p);
+  hm_block_tag_free(s->block_size, hm_free_tag_of(s), p);
   hm_free_push(ss, s, (block_t *)p);
 }
 

@@ -50,10 +50,12 @@ static void check_slab(unsigned c, const slab_t *s) {
         c);
   CHECK(carved > 0 && carved <= cap && sh->carved == carved, "class %u: carved %u of %u (shape %u)", c, carved, cap,
         sh->carved);
-  CHECK(sh->limit == hm_check_limit(d, carved), "class %u: shape limit %u, carved %u", c, sh->limit, carved);
+  CHECK(sh->limit == hm_check_limit(d, carved), "class %u: shape limit %llu, carved %u", c,
+        (unsigned long long)sh->limit, carved);
 #ifndef HAKMEM_SECURE
   CHECK(s->div_mul == sh->div_mul, "class %u: the descriptor's multiplier is not the shape's", c);
-  CHECK(s->limit == sh->limit, "class %u: descriptor limit %u, shape %u", c, s->limit, sh->limit);
+  CHECK(s->limit == sh->limit, "class %u: descriptor limit %llu, shape %llu", c, (unsigned long long)s->limit,
+        (unsigned long long)sh->limit);
 #endif
   for (uint32_t o = 0; o < SS_SIZE; o++) {
     const char *p = (const char *)ss + o;
@@ -99,12 +101,13 @@ int main(void) {
   slab_t *s = hm_slab_of(hm_ss_of(v[0]), v[0]);
   for (int i = 0; i < N; i++)
     if (hm_slab_of(hm_ss_of(v[i]), v[i]) == s) free(v[i]);
-  CHECK(s->in_use == SLAB_UNUSED && s->carved == 0 && s->carved_kept > 0,
-        "the 64-byte slab was not released (in_use %u, carved %u, kept %u)", s->in_use, s->carved, s->carved_kept);
+  CHECK(s->in_use == SLAB_UNUSED && s->carved == 0 && hm_shape_of(s)->carved_kept > 0,
+        "the 64-byte slab was not released (in_use %u, carved %u, kept %u)", s->in_use, s->carved,
+        hm_shape_of(s)->carved_kept);
   CHECK(hm_shape_of(s)->limit == 0 && !hm_slab_holds(hm_shape_of(s), v[0]), "released slab: the shape accepts");
   CHECK(!hm_slab_holds_own(s, v[0]), "released slab: the owner's check accepts");
 #ifndef HAKMEM_SECURE
-  CHECK(s->limit == 0, "released slab: descriptor limit %u", s->limit);
+  CHECK(s->limit == 0, "released slab: descriptor limit %llu", (unsigned long long)s->limit);
 #endif
   printf("  a released slab accepts no free\n");
   for (int i = 0; i < N; i++)
