@@ -352,6 +352,31 @@ static void c_tag_value_in_live_block(void) {
   _exit(0);
 }
 
+/* A live block of a SuperSlab's first slab whose second word holds the
+ * SuperSlab's base address (the end pointer of a buffer ending just below
+ * it): not a double free, also when another thread frees it, where the tag
+ * decides without a scan. (The default build's tag is a descriptor's
+ * address; a descriptor at the SuperSlab's base made this a double free.) */
+static void c_chunk_base_in_live_block(void) {
+  enum { N = 70000 }; /* 32-byte blocks: more than a SuperSlab of 64 KiB slabs */
+  static uintptr_t *v[N];
+  const uintptr_t chunk = (uintptr_t)2 << 20;
+  uintptr_t *b = NULL;
+  for (int i = 0; i < N; i++) {
+    CHECK((v[i] = malloc(32)) != NULL, "malloc");
+    uintptr_t off = (uintptr_t)v[i] & (chunk - 1);
+    if (b == NULL && off >= 4096 && off < 65536) b = v[i];
+  }
+  CHECK(b != NULL, "no 32-byte block in the first slab of a SuperSlab");
+  b[1] = (uintptr_t)b & ~(chunk - 1);
+  free_in_thread(thread_free, b);
+  for (int i = 0; i < N; i++)
+    if (v[i] != b) free(v[i]);
+  no_block_twice(32);
+  say("CONTINUED\n");
+  _exit(0);
+}
+
 #ifdef HAKMEM_SECURE
 /* ---- secure mode ------------------------------------------------------- */
 /* Allocate blocks of a's size until a would be handed out again. */
@@ -590,6 +615,7 @@ static const struct mcase cases[] = {
     {"double_recarved_slab", c_double_recarved_slab, ABORTS, "double free",
      "block already free; its slab has been emptied since", 0, 0},
     {"tag_value_in_live_block", c_tag_value_in_live_block, SURVIVES, NULL, NULL, 0, 0},
+    {"chunk_base_in_live_block", c_chunk_base_in_live_block, SURVIVES, NULL, NULL, 0, 0},
 #ifdef HAKMEM_SECURE
     {"write_after_free", c_write_after_free, ABORTS, "write after free", "freed block modified at byte " STR(FILL_PROBE), 1, 0},
     {"write_after_free_tag", c_write_after_free_tag, ABORTS, "write after free", "freed block modified at byte 9", 1, 0},
