@@ -227,9 +227,9 @@ static bool slab_release(heap_t *h, slab_t *s) {
   if (s->in_use == SLAB_LISTED) avail_unlink(h, s);
   s->in_use = SLAB_UNUSED;
   /* A free into an unused slab is invalid (by the owner too): carved is 0
-   * for the block check. The descriptor keeps the count aside, and its
-   * lists (all carved blocks, every one free), so that taking the slab
-   * again for the class needs no carving (ss_take_slab). */
+   * for the block check. The shape keeps the count aside, and the
+   * descriptor its lists (all carved blocks, every one free), so that
+   * taking the slab again for the class needs no carving (ss_take_slab). */
   hm_shape_of(s)->carved_kept = s->carved;
   hm_slab_set_carved(s, 0);
   /* Its remote list is empty: used counts the blocks on it, and the notify
