@@ -174,8 +174,21 @@ _Static_assert(sizeof(slab_t) % sizeof(slab_shape_t) == 0, "hm_free scales one i
 #define SLAB_CLS_CACHED 0x80u
 _Static_assert(NUM_CLASSES <= SLAB_CLS_CACHED, "a class fits below the foreign-cache bit");
 
+/* The slab of each 64 KiB unit of a SuperSlab, as free finds it
+ * (hm_free): the slab's index times HM_UNIT_MUL, so that the descriptor
+ * and the shape are one scaled address away (default: 8 * index, shape at
+ * 4 * that, descriptor at 8 * that). */
+#define SS_UNIT_SHIFT 16
+#ifdef HAKMEM_SECURE
+#define HM_UNIT_MUL 1u
+#else
+#define HM_UNIT_MUL 8u
+#endif
+_Static_assert((SS_MAX_SLABS - 1) * HM_UNIT_MUL <= 255, "a unit's entry fits a byte");
+_Static_assert((SS_SIZE >> SS_UNIT_SHIFT) == SS_MAX_SLABS, "the smallest slab is one unit");
+
 typedef struct superslab {
-  /* One line of its own: what free reads first (owner, slab_shift). */
+  /* One line of its own: what free reads first (owner, unit_slab). */
   _Atomic(struct heap *) owner; /* NULL while abandoned or in the backend */
   uint8_t kind;
   uint8_t slab_shift;
@@ -183,13 +196,14 @@ typedef struct superslab {
   uint8_t on_partial;           /* linked on owner's list of SSs with free slabs */
   uint32_t free_mask;           /* slabs not in use (owner only) */
   _Atomic uint64_t pending;     /* slabs whose FULL flag a remote free hit */
-  struct superslab *next, *prev;         /* partial list / backend / abandoned */
-  struct superslab *all_next, *all_prev; /* owner's list of all its SSs */
+  uint8_t unit_slab[SS_MAX_SLABS]; /* per 64 KiB unit: its slab's index * HM_UNIT_MUL */
   /* The descriptors, from the second line: no descriptor's address is the
    * SuperSlab's, which the end of a block of the chunk below can be (the
    * free tag is a descriptor's address: hm_free_tag_of). */
   slab_t slabs[SS_MAX_SLABS] __attribute__((aligned(64)));
   slab_shape_t shape[SS_MAX_SLABS] __attribute__((aligned(64)));
+  struct superslab *next, *prev;         /* partial list / backend / abandoned */
+  struct superslab *all_next, *all_prev; /* owner's list of all its SSs */
 #ifndef HAKMEM_SECURE
   /* Each slab's remote list: other threads' frees (LIFO); bit 0: notify
    * the owner. Lines of their own, written by other threads' pushes and
@@ -785,8 +799,8 @@ HM_INLINE void hm_free_push(superslab_t *ss, slab_t *s, block_t *b) {
 HM_INLINE void hm_free(void *p) {
   if (likely(hm_reg_kind((uintptr_t)p) == REG_SS)) {
     superslab_t *ss = hm_ss_of(p);
-    /* (one scaled index for both arrays: the addresses fold into the loads) */
-    uintptr_t o = hm_slab_index(ss, p) * sizeof(slab_shape_t);
+    /* (one scaled entry for both arrays: the addresses fold into the loads) */
+    uintptr_t o = (uintptr_t)ss->unit_slab[hm_ss_offset(p) >> SS_UNIT_SHIFT] * (sizeof(slab_shape_t) / HM_UNIT_MUL);
     slab_t *s = (slab_t *)((char *)ss->slabs + o * (sizeof(slab_t) / sizeof(slab_shape_t)));
     heap_t *h = hm_tls_heap;
     /* The owner checks the block against the descriptor it writes anyway,
