@@ -176,14 +176,10 @@ _Static_assert(NUM_CLASSES <= SLAB_CLS_CACHED, "a class fits below the foreign-c
 
 /* The slab of each 64 KiB unit of a SuperSlab, as free finds it
  * (hm_free): the slab's index times HM_UNIT_MUL, so that the descriptor
- * and the shape are one scaled address away (default: 8 * index, shape at
- * 4 * that, descriptor at 8 * that). */
+ * and the shape are scaled addresses away (the shape at 4 * the entry, the
+ * descriptor at 8 * it: one lea each; secure: 16 * it, two). */
 #define SS_UNIT_SHIFT 16
-#ifdef HAKMEM_SECURE
-#define HM_UNIT_MUL 1u
-#else
 #define HM_UNIT_MUL 8u
-#endif
 _Static_assert((SS_MAX_SLABS - 1) * HM_UNIT_MUL <= 255, "a unit's entry fits a byte");
 _Static_assert((SS_SIZE >> SS_UNIT_SHIFT) == SS_MAX_SLABS, "the smallest slab is one unit");
 
