@@ -155,13 +155,7 @@ static void slab_set_class(slab_t *s, unsigned cls) {
    * store here made gcc lay heap_alloc out worse, +0.2 Ir/op.) */
   sh->cls = (uint8_t)cls;
   sh->block_size = d;
-  sh->div_mul = inv * (1u + ((uint64_t)1 << (64 - k)));
-#ifdef HAKMEM_SECURE
-  s->div_inv = (uint32_t)inv;
-  s->div_shift = (uint8_t)k;
-#else
-  s->div_mul = sh->div_mul;
-#endif
+  s->div_mul = sh->div_mul = inv * (1u + ((uint64_t)1 << (64 - k)));
 }
 
 static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {

@@ -125,9 +125,10 @@ _Static_assert(sizeof(slab_t) == 64, "slab descriptor is one cache line");
 #else
 /* Secure mode: two lines. The first holds all that malloc and free read
  * (with the key, at the end it cost a second line per call: a D1 miss more
- * per four calls at ws 40,000) and the avail links. The second holds what
- * only slow paths and other threads' frees touch (remote frees thus stay
- * off the owner's line). */
+ * per four calls at ws 40,000), the block check's multiplier and limit as
+ * in the default layout. The second holds what only slow paths and other
+ * threads' frees touch: the remote list (remote frees thus stay off the
+ * owner's line) and the avail links. */
 typedef struct slab {
   block_t *free;               /* allocations pop here */
   block_t *local_free;         /* the owner's frees */
@@ -139,14 +140,14 @@ typedef struct slab {
   uint16_t capacity;           /* blocks the slab can hold */
   uint8_t cls;
   uint8_t in_use;              /* state, SLAB_FULL included */
-  uint8_t div_shift;           /* the owner's block check: block_size's trailing zero bits */
-  uint32_t div_inv;            /* the owner's block check: block_size's odd part's inverse mod 2^32 */
-  struct slab *next, *prev;    /* heap's list of slabs with free blocks */
+  uint64_t div_mul;            /* checks: the block check's multiplier (= the shape's) */
+  uint64_t limit;              /* checks: the owner's block check's limit, carved << k */
   _Atomic uintptr_t remote __attribute__((aligned(64))); /* other threads' frees (LIFO); bit 0: notify owner */
-  uint8_t secure_pad_[56];
+  struct slab *next, *prev;    /* heap's list of slabs with free blocks */
+  uint8_t secure_pad_[40];
 } slab_t;
 _Static_assert(sizeof(slab_t) == 128, "secure slab descriptor: two cache lines");
-_Static_assert(offsetof(slab_t, remote) == 64, "secure: malloc, free and the avail links read the first line");
+_Static_assert(offsetof(slab_t, remote) == 64, "secure: malloc and free read the first line only");
 #endif
 
 /* What free needs to know of a slab, apart from the descriptor the owner
@@ -542,21 +543,12 @@ HM_INLINE bool hm_slab_holds(const slab_shape_t *sh, const void *p) {
   return (uint64_t)x * sh->div_mul < __atomic_load_n(&sh->limit, __ATOMIC_RELAXED);
 }
 /* The same check for the slab's owner, from its descriptor, whose line the
- * owner's free touches anyway (the shape is another line). Default: the
- * same multiply and compare, with the descriptor's copies of the
- * multiplier and the limit. Secure (no room for them on the descriptor's
- * first line): x -> rotr(x * m^-1 mod 2^32, k) maps x = j * d to j and
- * every other x to at least 2^32 / d > carved. */
+ * owner's free touches anyway (the shape is another line): the same
+ * multiply and compare, with the descriptor's copies of the multiplier and
+ * the limit. */
 HM_INLINE bool hm_slab_holds_own(const slab_t *s, const void *p) {
   uint32_t x = hm_ss_offset(p) - s->start_off;
-#ifdef HAKMEM_SECURE
-  uint32_t q = x * s->div_inv;
-  unsigned k = s->div_shift;
-  q = (q >> k) | (q << (-k & 31)); /* rotate right */
-  return q < s->carved;
-#else
   return (uint64_t)x * s->div_mul < s->limit;
-#endif
 }
 /* The block check's limit for n carved blocks of block_size bytes (0: every
  * free into the slab is invalid). (n << k <= the slab's bytes / m: 32 bits
@@ -572,9 +564,7 @@ HM_INLINE void hm_shape_set_carved(slab_shape_t *sh, unsigned n) {
 /* The carved count, as the slab keeps it and as every free checks it. */
 HM_INLINE void hm_slab_set_carved(slab_t *s, unsigned n) {
   s->carved = (uint16_t)n;
-#ifndef HAKMEM_SECURE
   s->limit = hm_check_limit(s->block_size, n);
-#endif
   hm_shape_set_carved(hm_shape_of(s), n);
 }
 #ifdef HAKMEM_SECURE
