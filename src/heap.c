@@ -26,6 +26,9 @@ static const uint8_t kind_shift[NUM_KINDS] = {16, 19, 21}; /* 64 KiB, 512 KiB, 2
 slab_t hm_empty_slab;
 heap_t hm_empty_heap = {.direct = {[0 ... TINY_MAX / 16] = &hm_empty_slab},
                          .cur = {[0 ... NUM_CLASSES - 1] = &hm_empty_slab}};
+_Static_assert(offsetof(heap_t, fc_stand_in) + sizeof(slab_t) <= UINT16_MAX, "foreign cache offsets fit fc_off");
+#define FC_STAND_IN ((uint16_t)offsetof(heap_t, fc_stand_in))
+HM_INLINE uint16_t fc_offset(unsigned c) { return (uint16_t)(offsetof(heap_t, foreign) + c * sizeof(slab_t)); }
 __thread heap_t *hm_tls_heap __attribute__((tls_model("initial-exec"))) = &hm_empty_heap;
 
 static pthread_mutex_t heap_lock = PTHREAD_MUTEX_INITIALIZER; /* pool and abandoned lists */
@@ -161,6 +164,7 @@ static void slab_set_class(slab_t *s, unsigned cls) {
    * reads or sets the byte before the program hands one over; an atomic
    * store here made gcc lay heap_alloc out worse, +0.2 Ir/op.) */
   sh->cls = (uint8_t)cls;
+  sh->fc_off = FC_STAND_IN; /* (and so no foreign cache takes its blocks yet) */
   sh->block_size = d;
   s->div_mul = sh->div_mul = inv * (1u + ((uint64_t)1 << (64 - k)));
 }
@@ -186,6 +190,7 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
      * (The list encoding key stays: the lists are not empty.) */
     HM_ASSERT(s->used == 0);
     ss->shape[i].cls = (uint8_t)cls; /* clears SLAB_CLS_CACHED (all its blocks came back) */
+    ss->shape[i].fc_off = FC_STAND_IN;
     s->in_use = SLAB_ACTIVE;
     s->next = s->prev = NULL;
     hm_slab_set_carved(s, ss->shape[i].carved_kept); /* frees into it are valid again */
@@ -635,8 +640,12 @@ static void heap_reset(heap_t *h) {
     f->cls = (uint8_t)c;
     f->block_size = hm_class_size[c];
     f->capacity = (uint16_t)foreign_cap(c);
-    h->foreign_pushed[c] = 0;
+    f->used = (uint16_t)(f->capacity + 1);
   }
+  h->trades = 0;
+  memset(&h->fc_stand_in, 0, sizeof h->fc_stand_in);
+  h->fc_stand_in.in_use = SLAB_FOREIGN;
+  h->fc_stand_in.used = 1;
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
     heap_set_cur(h, c, &hm_empty_slab);
     h->avail[c] = h->avail_tail[c] = NULL;
@@ -744,9 +753,14 @@ static uint32_t foreign_send_back(block_t *b) {
   return n;
 }
 
-/* free of a block of a slab this thread does not own: keep it in the
- * heap's foreign cache; past the cache's budget, send the cached blocks
- * not yet in use back to their owners. */
+/* Foreign cache f went over its budget: send the blocks cached since it
+ * was last taken as a free list back to their slabs. */
+static void foreign_overflow(slab_t *f) {
+  block_t *list = f->local_free;
+  f->local_free = NULL;
+  f->used = (uint16_t)(f->used + foreign_send_back(list));
+}
+
 /* One block straight back to its slab's remote list, counted as a free by
  * this thread (h: its heap, or hm_empty_heap). */
 static void free_to_slab(heap_t *h, superslab_t *ss, block_t *b) {
@@ -758,6 +772,10 @@ static void free_to_slab(heap_t *h, superslab_t *ss, block_t *b) {
   remote_push(ss, s, b, b);
 }
 
+/* free of a block of a slab this thread does not own: keep it in the
+ * heap's foreign cache; past the cache's budget, send the cached blocks
+ * not yet in use back to their owners. (free does the common case itself:
+ * hm_free.) */
 void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
   /* Not cached, but sent straight back: in secure mode (the cache's lists
    * would mix blocks whose links are encoded with different slabs' keys);
@@ -780,23 +798,40 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
     }
     h = created;
   }
-  uint8_t *cls = &ss->shape[hm_slab_index(ss, b)].cls;
-  unsigned c = __atomic_load_n(cls, __ATOMIC_RELAXED);
-#ifndef HAKMEM_NO_CHECKS
+  h->trades = 1;
+  slab_shape_t *sh = &ss->shape[hm_slab_index(ss, b)];
+  unsigned c = __atomic_load_n(&sh->cls, __ATOMIC_RELAXED);
   /* Tell the owner's double-free check that a block of this slab may sit
    * in a cache it cannot scan (once per slab: the line stays shared). */
-  if (unlikely(!(c & SLAB_CLS_CACHED))) __atomic_fetch_or(cls, SLAB_CLS_CACHED, __ATOMIC_RELAXED);
-#endif
+  if (!(c & SLAB_CLS_CACHED)) __atomic_fetch_or(&sh->cls, SLAB_CLS_CACHED, __ATOMIC_RELAXED);
   c &= ~SLAB_CLS_CACHED;
+  /* From now on free pushes the slab's blocks on the cache itself: unless
+   * the owner exits meanwhile (it sets the stand-in after clearing owner;
+   * seq_cst: either this sees NULL or the stand-in is stored last). */
+  if (__atomic_load_n(&sh->fc_off, __ATOMIC_RELAXED) != fc_offset(c)) {
+    __atomic_store_n(&sh->fc_off, fc_offset(c), __ATOMIC_SEQ_CST);
+    if (atomic_load(&ss->owner) == NULL) __atomic_store_n(&sh->fc_off, FC_STAND_IN, __ATOMIC_SEQ_CST);
+  }
   HM_STAT_ADD(h, free_remote[c], 1);
   slab_t *f = &h->foreign[c];
   b->next = f->local_free;
   f->local_free = b;
-  uint16_t cached = (uint16_t)(++h->foreign_pushed[c] - f->used);
-  if (unlikely(cached > f->capacity)) {
-    block_t *list = f->local_free;
-    f->local_free = NULL;
-    h->foreign_pushed[c] -= foreign_send_back(list);
+  if (unlikely(--f->used == 0)) foreign_overflow(f);
+}
+
+/* hm_free_trading pushed block b on t and brought t's `used` to 0: the
+ * owner's slab emptied or FULL, this thread's foreign cache over its
+ * budget, or the stand-in (b's slab has no block cached since it was
+ * taken, or its SuperSlab's owner exited). */
+void hm_free_push_slow(heap_t *h, superslab_t *ss, slab_t *t, block_t *b) {
+  if (t == &h->fc_stand_in) {
+    t->local_free = NULL; /* b alone: take it off */
+    t->used = 1;
+    hm_free_foreign(h, ss, b);
+  } else if (t->in_use == SLAB_FOREIGN) {
+    foreign_overflow(t);
+  } else {
+    hm_free_local_slow(h, t);
   }
 }
 
@@ -809,7 +844,7 @@ void hm_heap_flush_foreign(heap_t *h) {
     foreign_send_back(f->free);
     foreign_send_back(f->local_free);
     f->free = f->local_free = NULL;
-    h->foreign_pushed[c] = f->used;
+    f->used = (uint16_t)(f->capacity + 1);
   }
 }
 
@@ -848,6 +883,9 @@ void hm_heap_thread_exit(heap_t *h) {
     if (ss->on_partial) partial_unlink(h, ss);
     all_unlink(h, ss);
     atomic_store(&ss->owner, NULL);
+    /* Its blocks go straight back from now on, not into foreign caches
+     * (hm_free_foreign): free pushes them on the stand-in. */
+    for (unsigned i = 0; i < ss->nslabs; i++) __atomic_store_n(&ss->shape[i].fc_off, FC_STAND_IN, __ATOMIC_SEQ_CST);
     pthread_mutex_lock(&heap_lock);
     ss->next = abandoned[ss->kind];
     abandoned[ss->kind] = ss;

@@ -167,7 +167,12 @@ typedef struct {
    * thread, once), where the owner's double-free check cannot see it
    * (misuse.c). Other threads read and set it atomically. */
   uint8_t cls;
-  uint8_t pad_[3];
+  uint8_t pad_;
+  /* Where a thread that does not own the slab keeps a block it frees: the
+   * offset in its heap_t of its foreign cache of the class, once the slab
+   * has SLAB_CLS_CACHED and while its SuperSlab has an owner; else of the
+   * heap's stand-in (hm_free). Relaxed atomics. */
+  uint16_t fc_off;
 } slab_shape_t;
 _Static_assert(sizeof(slab_shape_t) == 32, "two shapes a cache line");
 _Static_assert(sizeof(slab_t) % sizeof(slab_shape_t) == 0, "hm_free scales one index for both");
@@ -298,6 +303,9 @@ HM_INLINE void hm_stat_add(uint64_t *c, uint64_t n) {
 
 /* ---- thread heaps ------------------------------------------------------ */
 typedef struct heap {
+  /* This thread has cached another thread's block: its frees choose the
+   * slab without a branch (hm_free_trading). Set by hm_free_foreign. */
+  uint8_t trades;
   /* cur[] of the class of each 16-byte granule up to TINY_MAX: malloc of a
    * tiny size indexes it directly, without the class lookup. */
   slab_t *direct[TINY_MAX / 16 + 1];
@@ -309,11 +317,15 @@ typedef struct heap {
    * for its own mallocs instead of being sent back one atomic push at a time
    * (heap.c, "foreign cache"). foreign[c] is a pseudo slab: frees push on its
    * local_free, and it becomes cur[c] when the class's slab runs dry. The
-   * blocks still count as used in their own slabs. */
+   * blocks still count as used in their own slabs. Its `used` is the room
+   * left plus one (capacity + 1 - blocks cached): free decrements it and
+   * malloc increments it as in an owned slab, so that free treats both
+   * alike, and the free that finds 1 there sends the cache back. */
   slab_t foreign[NUM_CLASSES];
-  /* minus foreign[c].used = blocks cached; both count mod 2^16 (used is
-   * the slab's 16-bit count, which wraps as the cache is used) */
-  uint16_t foreign_pushed[NUM_CLASSES];
+  /* What free pushes on when the block's shape names no foreign cache
+   * (fc_off): its `used` of 1 sends the block to hm_free_push_slow, which
+   * takes it off again. */
+  slab_t fc_stand_in;
   /* purge steps: each class's current slab as last seen empty, and its
    * list heads then (hm_heap_release_empty_cur) */
   slab_t *idle_seen[NUM_CLASSES];
@@ -377,6 +389,7 @@ HM_HIDDEN void *hm_alloc_slow(size_t n);
 HM_HIDDEN void *hm_alloc_class(unsigned cls);
 HM_HIDDEN void hm_free_local_slow(heap_t *h, slab_t *s);
 HM_HIDDEN void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b);
+HM_HIDDEN void hm_free_push_slow(heap_t *h, superslab_t *ss, slab_t *t, block_t *b);
 HM_HIDDEN void hm_heap_flush_foreign(heap_t *h);
 HM_HIDDEN void hm_heap_thread_exit(heap_t *h);
 HM_HIDDEN void hm_heap_reclaim_abandoned(void);
@@ -781,18 +794,71 @@ HM_INLINE void hm_free_push(superslab_t *ss, slab_t *s, block_t *b) {
     hm_free_foreign(h, ss, b);
 }
 
-/* free: find the SuperSlab by masking, the slab by a shift. */
+/* x == y ? a : b, by a conditional move: where the test is a coin toss, a
+ * branch on it is mispredicted every other time (and gcc makes a ?: of
+ * two slab addresses a branch). */
+HM_INLINE slab_t *hm_select_slab(const void *x, const void *y, slab_t *a, slab_t *b) {
+#if defined(__x86_64__)
+  __asm__("cmp %2, %1\n\tcmove %3, %0" : "+r"(b) : "r"(x), "r"(y), "r"(a) : "cc");
+  return b;
+#else
+  return (slab_t *)((uintptr_t)b ^ (((uintptr_t)a ^ (uintptr_t)b) & -(uintptr_t)(x == y)));
+#endif
+}
+
+/* free for a thread that trades blocks with others (heap->trades): its
+ * frees are its own blocks and others' by turns, a branch on which is
+ * mispredicted every other time (bench_xthread: 35-65% each way; it cost
+ * a third of the time, bench_soak a quarter). So both are pushed alike,
+ * on a slab chosen without a branch: the block's own slab for its owner,
+ * else this thread's foreign cache of its class, or the stand-in while the
+ * shape names none (fc_off), whose `used` of 1 sends the block to
+ * hm_free_push_slow. Every thread checks the block against the shape (the
+ * descriptor's line stays with the owner). */
+HM_INLINE void hm_free_trading(heap_t *h, const heap_t *owner, superslab_t *ss, slab_t *s, const slab_shape_t *sh,
+                               void *p) {
+  if (unlikely(!hm_block_mark_free(sh, s, p))) { /* hardening */
+    hm_free_suspect(p);
+    return;
+  }
+  uint16_t fc_off = __atomic_load_n(&sh->fc_off, __ATOMIC_RELAXED);
+  slab_t *t = hm_select_slab(owner, h, s, (slab_t *)((char *)h + fc_off));
+  block_t *b = (block_t *)p;
+#ifdef HAKMEM_DEBUG
+  if (owner == h) hm_check_block(s, b);
+#endif
+#if HM_STATS_BUILD
+  if (owner == h)
+    HM_STAT_ADD(h, free_local[s->cls], 1);
+  else if (t != &h->fc_stand_in)
+    HM_STAT_ADD(h, free_remote[t->cls], 1);
+#endif
+  b->next = t->local_free;
+  t->local_free = b;
+  /* emptied, FULL, the foreign cache over budget, or the stand-in */
+  if (unlikely(--t->used == 0)) hm_free_push_slow(h, ss, t, b);
+}
+
+/* free: find the SuperSlab by masking, the slab by its unit's entry. */
 HM_INLINE void hm_free(void *p) {
   if (likely(hm_reg_kind((uintptr_t)p) == REG_SS)) {
     superslab_t *ss = hm_ss_of(p);
     /* (one scaled entry for both arrays: the addresses fold into the loads) */
     uintptr_t o = (uintptr_t)ss->unit_slab[hm_ss_offset(p) >> SS_UNIT_SHIFT] * (sizeof(slab_shape_t) / HM_UNIT_MUL);
     slab_t *s = (slab_t *)((char *)ss->slabs + o * (sizeof(slab_t) / sizeof(slab_shape_t)));
+    const slab_shape_t *sh = (const slab_shape_t *)((const char *)ss->shape + o);
     heap_t *h = hm_tls_heap;
+    const heap_t *owner = atomic_load_explicit(&ss->owner, memory_order_relaxed);
+#ifndef HAKMEM_SECURE
+    if (unlikely(h->trades)) {
+      hm_free_trading(h, owner, ss, s, sh, p);
+      return;
+    }
+#endif
     /* The owner checks the block against the descriptor it writes anyway,
      * another thread against the shape (the descriptor's line stays with
      * the owner). */
-    if (likely(atomic_load_explicit(&ss->owner, memory_order_relaxed) == h)) {
+    if (likely(owner == h)) {
       if (unlikely(!hm_block_mark_free_own(s, p))) { /* hardening */
         hm_free_suspect(p);
         return;
@@ -800,7 +866,7 @@ HM_INLINE void hm_free(void *p) {
       hm_free_push_own(h, s, (block_t *)p);
       return;
     }
-    if (unlikely(!hm_block_mark_free((const slab_shape_t *)((const char *)ss->shape + o), s, p))) {
+    if (unlikely(!hm_block_mark_free(sh, s, p))) {
       hm_free_suspect(p);
       return;
     }
