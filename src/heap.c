@@ -30,6 +30,7 @@ _Static_assert(offsetof(heap_t, fc_stand_in) + sizeof(slab_t) <= UINT16_MAX, "fo
 #define FC_STAND_IN ((uint16_t)offsetof(heap_t, fc_stand_in))
 HM_INLINE uint16_t fc_offset(unsigned c) { return (uint16_t)(offsetof(heap_t, foreign) + c * sizeof(slab_t)); }
 __thread heap_t *hm_tls_heap __attribute__((tls_model("initial-exec"))) = &hm_empty_heap;
+__thread uintptr_t hm_tls_free_id __attribute__((tls_model("initial-exec"))) = (uintptr_t)&hm_empty_heap;
 
 static pthread_mutex_t heap_lock = PTHREAD_MUTEX_INITIALIZER; /* pool and abandoned lists */
 static heap_t *heap_pool;                  /* heaps of exited threads, for reuse */
@@ -642,7 +643,6 @@ static void heap_reset(heap_t *h) {
     f->capacity = (uint16_t)foreign_cap(c);
     f->used = (uint16_t)(f->capacity + 1);
   }
-  h->trades = 0;
   memset(&h->fc_stand_in, 0, sizeof h->fc_stand_in);
   h->fc_stand_in.in_use = SLAB_FOREIGN;
   h->fc_stand_in.used = 1;
@@ -676,6 +676,7 @@ static heap_t *heap_for_thread(void) {
   heap_reset(h);
   /* Installed before pthread_setspecific, which may itself allocate. */
   hm_tls_heap = h;
+  hm_tls_free_id = (uintptr_t)h;
   pthread_setspecific(heap_key, h);
   return h;
 }
@@ -798,7 +799,7 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
     }
     h = created;
   }
-  h->trades = 1;
+  hm_tls_free_id = (uintptr_t)h | 1; /* h is this thread's heap */
   slab_shape_t *sh = &ss->shape[hm_slab_index(ss, b)];
   unsigned c = __atomic_load_n(&sh->cls, __ATOMIC_RELAXED);
   /* Tell the owner's double-free check that a block of this slab may sit
@@ -853,6 +854,7 @@ void hm_heap_flush_foreign(heap_t *h) {
 void hm_heap_thread_exit(heap_t *h) {
   hm_heap_flush_foreign(h);
   hm_tls_heap = &hm_empty_heap;
+  hm_tls_free_id = (uintptr_t)&hm_empty_heap;
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
     heap_set_cur(h, c, &hm_empty_slab);
     h->avail[c] = h->avail_tail[c] = NULL;

@@ -303,9 +303,6 @@ HM_INLINE void hm_stat_add(uint64_t *c, uint64_t n) {
 
 /* ---- thread heaps ------------------------------------------------------ */
 typedef struct heap {
-  /* This thread has cached another thread's block: its frees choose the
-   * slab without a branch (hm_free_trading). Set by hm_free_foreign. */
-  uint8_t trades;
   /* cur[] of the class of each 16-byte granule up to TINY_MAX: malloc of a
    * tiny size indexes it directly, without the class lookup. */
   slab_t *direct[TINY_MAX / 16 + 1];
@@ -345,6 +342,11 @@ typedef struct heap {
 extern HM_HIDDEN heap_t hm_empty_heap;   /* every class points at hm_empty_slab */
 extern HM_HIDDEN slab_t hm_empty_slab;
 extern HM_HIDDEN __thread heap_t *hm_tls_heap __attribute__((tls_model("initial-exec")));
+/* The thread's heap as free compares it with a SuperSlab's owner, bit 0
+ * set once the thread has cached another thread's block (it "trades":
+ * hm_free_trading; set by hm_free_foreign), so that the owner's free tests
+ * both with one compare. */
+extern HM_HIDDEN __thread uintptr_t hm_tls_free_id __attribute__((tls_model("initial-exec")));
 
 /* ---- process state and options ----------------------------------------- */
 /* Options (options.def): hm_opt[HM_OPT_NAME] holds the value of HAKMEM_NAME,
@@ -806,7 +808,7 @@ HM_INLINE slab_t *hm_select_slab(const void *x, const void *y, slab_t *a, slab_t
 #endif
 }
 
-/* free for a thread that trades blocks with others (heap->trades): its
+/* free for a thread that trades blocks with others (hm_tls_free_id): its
  * frees are its own blocks and others' by turns, a branch on which is
  * mispredicted every other time (bench_xthread: 35-65% each way; it cost
  * a third of the time, bench_soak a quarter). So both are pushed alike,
@@ -847,30 +849,31 @@ HM_INLINE void hm_free(void *p) {
     uintptr_t o = (uintptr_t)ss->unit_slab[hm_ss_offset(p) >> SS_UNIT_SHIFT] * (sizeof(slab_shape_t) / HM_UNIT_MUL);
     slab_t *s = (slab_t *)((char *)ss->slabs + o * (sizeof(slab_t) / sizeof(slab_shape_t)));
     const slab_shape_t *sh = (const slab_shape_t *)((const char *)ss->shape + o);
-    heap_t *h = hm_tls_heap;
+    uintptr_t id = hm_tls_free_id;
     const heap_t *owner = atomic_load_explicit(&ss->owner, memory_order_relaxed);
-#ifndef HAKMEM_SECURE
-    if (unlikely(h->trades)) {
-      hm_free_trading(h, owner, ss, s, sh, p);
-      return;
-    }
-#endif
     /* The owner checks the block against the descriptor it writes anyway,
      * another thread against the shape (the descriptor's line stays with
-     * the owner). */
-    if (likely(owner == h)) {
+     * the owner). A thread that trades never takes this branch, whose
+     * outcome would be a coin toss for it. */
+    if (likely((uintptr_t)owner == id)) {
       if (unlikely(!hm_block_mark_free_own(s, p))) { /* hardening */
         hm_free_suspect(p);
         return;
       }
-      hm_free_push_own(h, s, (block_t *)p);
+      hm_free_push_own((heap_t *)id, s, (block_t *)p);
       return;
     }
+#ifndef HAKMEM_SECURE
+    if (id & 1) {
+      hm_free_trading((heap_t *)(id - 1), owner, ss, s, sh, p);
+      return;
+    }
+#endif
     if (unlikely(!hm_block_mark_free(sh, s, p))) {
       hm_free_suspect(p);
       return;
     }
-    hm_free_foreign(h, ss, (block_t *)p);
+    hm_free_foreign((heap_t *)id, ss, (block_t *)p);
     return;
   }
   hm_free_slow(p);
