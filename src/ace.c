@@ -198,7 +198,8 @@ static void leaves_install(const char *p, size_t len, leaves_t *l) {
  * last span starting before c can reach into it; the chunks between are
  * TAIL. SuperSlab chunks are never shared, so they are left alone. */
 static void reg_refresh(uintptr_t c) {
-  if (__atomic_load_n(&hm_registry[c], __ATOMIC_RELAXED) == REG_SS) return;
+  unsigned k = __atomic_load_n(&hm_registry[c], __ATOMIC_RELAXED);
+  if (k == REG_SS || k == REG_LARGE_PACK) return;
   span_t *s = slot(c);
   uint8_t v = REG_NONE;
   if (s != NULL && s->state != SPAN_NONE) {
@@ -723,18 +724,33 @@ static void *ace_alloc(size_t n, size_t asked_align, bool *fresh) {
   return p;
 }
 
+static bool packed(const void *p) { return hm_reg_kind((uintptr_t)p) == REG_LARGE_PACK; }
+
 /* Statistics of a large block handed out (sign +1) or taken back (-1):
- * a block's usable and mapped bytes are its span's length. */
+ * a block's usable and mapped bytes are its span's length (a packed
+ * block's: its pages). */
 static void count_block(int sign, const void *p) {
+  if (packed(p)) {
+    size_t u = hm_pack_usable(p);
+    if (u != 0) hm_stats_large(sign, u, u);
+    return;
+  }
   span_t *s = span_at(p, SPAN_USED);
   if (s != NULL) hm_stats_large(sign, s->len, s->len);
+}
+
+/* A block of n bytes from a pack (NULL: it takes a span). */
+static void *pack_alloc(size_t n, size_t align, bool zero) {
+  if (align > PAGE_SIZE_ || n > HM_PACK_MAX || !hm_pack_enabled()) return NULL;
+  return hm_pack_alloc(n, zero);
 }
 
 void *hm_large_alloc(size_t n, size_t align) {
   hm_ensure_init();
   if (hm_force_libc) return align > 16 ? __libc_memalign(align, n) : __libc_malloc(n);
   bool fresh;
-  void *p = ace_alloc(n, align, &fresh);
+  void *p = pack_alloc(n, align, false);
+  if (p == NULL) p = ace_alloc(n, align, &fresh);
   if (p != NULL) count_block(1, p);
   return p;
 }
@@ -743,8 +759,11 @@ void *hm_large_calloc(size_t n) {
   hm_ensure_init();
   if (hm_force_libc) return __libc_calloc(1, n);
   bool fresh;
-  void *p = ace_alloc(n, 0, &fresh);
-  if (p != NULL && !fresh) memset(p, 0, n); /* fresh mappings are zero */
+  void *p = pack_alloc(n, 0, true);
+  if (p == NULL) {
+    p = ace_alloc(n, 0, &fresh);
+    if (p != NULL && !fresh) memset(p, 0, n); /* fresh mappings are zero */
+  }
   if (p != NULL) count_block(1, p);
   return p;
 }
@@ -753,7 +772,26 @@ static void large_free(void *p);
 
 void hm_large_free(void *p) {
   count_block(-1, p);
+  if (packed(p)) {
+    if (hm_pack_free(p) != 0) return;
+    if (hm_pack_is_freed(p))
+      hm_report_double(p, HM_OP_FREE, "large block already freed");
+    else
+      hm_report_invalid(p, HM_OP_FREE, "inside a large block, not its start");
+    return; /* HAKMEM_ON_ERROR=warn: left alone */
+  }
   large_free(p);
+}
+
+void *hm_large_chunk_take(bool *fresh) {
+  return ace_alloc(SS_SIZE, SS_SIZE, fresh);
+}
+
+void hm_large_chunk_give(void *chunk) {
+  pthread_mutex_lock(&ace_lock);
+  hm_reg_set((uintptr_t)chunk, REG_LARGE_HEAD); /* a span again */
+  pthread_mutex_unlock(&ace_lock);
+  large_free(chunk);
 }
 
 static void large_free(void *p) {
@@ -778,11 +816,13 @@ static void large_free(void *p) {
 }
 
 size_t hm_large_usable(const void *p) {
+  if (packed(p)) return hm_pack_usable(p);
   span_t *s = span_at(p, SPAN_USED);
   return s != NULL ? s->len - HM_GUARD_SIZE : 0;
 }
 
 bool hm_large_is_freed(const void *p) {
+  if (packed(p)) return hm_pack_is_freed(p);
   pthread_mutex_lock(&ace_lock);
   bool freed = span_at(p, SPAN_CACHED) != NULL || span_at(p, SPAN_PURGING) != NULL;
   pthread_mutex_unlock(&ace_lock);
@@ -790,6 +830,8 @@ bool hm_large_is_freed(const void *p) {
 }
 
 size_t hm_large_release(uint64_t min_idle_ns) {
+  /* all at once: the packs' free pages, and empty packs into the cache */
+  size_t packed_bytes = min_idle_ns == 0 ? hm_pack_release() : 0;
   span_t *list = NULL;
   uint64_t now = hm_now_ns();
   pthread_mutex_lock(&ace_lock);
@@ -804,20 +846,22 @@ size_t hm_large_release(uint64_t min_idle_ns) {
     }
   }
   pthread_mutex_unlock(&ace_lock);
-  return unmap_list(list);
+  return packed_bytes + unmap_list(list);
 }
 
-void hm_large_resident(size_t res[2]) {
+void hm_large_resident(size_t res[3]) {
   pthread_mutex_lock(&ace_lock);
   for (size_t d = 0; d < DIR_SIZE; d++) {
     span_t *leaf = atomic_load_explicit(&dir[d], memory_order_acquire);
     for (size_t i = 0; leaf != NULL && i <= LEAF_MASK; i++)
-      if (leaf[i].state != SPAN_NONE) res[leaf[i].state == SPAN_CACHED] += hm_os_resident(leaf[i].base, leaf[i].len);
+      if (leaf[i].state != SPAN_NONE && !packed(leaf[i].base))
+        res[leaf[i].state == SPAN_CACHED] += hm_os_resident(leaf[i].base, leaf[i].len);
   }
   pthread_mutex_unlock(&ace_lock);
+  hm_pack_resident(&res[2]);
 }
 
-size_t hm_large_cached_clean(void) { return atomic_load_explicit(&cache_clean, memory_order_relaxed); }
+size_t hm_large_cached_clean(void) { return atomic_load_explicit(&cache_clean, memory_order_relaxed) + hm_pack_clean(); }
 
 size_t hm_large_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due) {
   span_t *list = NULL;
@@ -961,7 +1005,43 @@ static void *large_grow(span_t *s, size_t n, size_t len) {
 
 static void *large_realloc(void *p, size_t n);
 
+/* Far below the lane: move to the Pool (at most ACE_SHRINK_MOVE bytes
+ * copied) and free the large block; keep it in place if the Pool has no
+ * memory. */
+static void *shrink_to_pool(void *p, size_t n) {
+  int saved = errno;
+  void *q = hm_malloc(n);
+  if (q == NULL) {
+    errno = saved;
+    return p;
+  }
+  memcpy(q, p, n);
+  hm_large_free(p);
+  return q;
+}
+
+/* A packed block: resized in place within its pack (shrinking frees the
+ * tail pages; growing takes the free pages after it), else moved (copied:
+ * at most HM_PACK_MAX bytes) to a new block, packed or not. */
+static void *pack_realloc(void *p, size_t n) {
+  size_t old = hm_pack_usable(p);
+  if (old == 0) hm_fatal("invalid realloc", p, "not the start of a large block");
+  if (n <= ACE_SHRINK_MOVE) return shrink_to_pool(p, n);
+  if (n <= HM_PACK_MAX) {
+    count_block(-1, p);
+    bool done = hm_pack_resize(p, n);
+    count_block(1, p);
+    if (done) return p;
+  }
+  void *q = hm_large_alloc(n, 0);
+  if (q == NULL) return NULL;
+  memcpy(q, p, old < n ? old : n);
+  hm_large_free(p);
+  return q;
+}
+
 void *hm_large_realloc(void *p, size_t n) {
+  if (packed(p)) return pack_realloc(p, n);
   void *q = large_realloc(p, n);
 #ifdef HAKMEM_SECURE
   /* a span cut, grown or moved has no guard page yet (q may be in the Pool) */
@@ -974,23 +1054,11 @@ void *hm_large_realloc(void *p, size_t n) {
 static void *large_realloc(void *p, size_t n) {
   span_t *s = span_at(p, SPAN_USED);
   if (s == NULL) hm_fatal("invalid realloc", p, "not the start of a large block");
-  if (n <= ACE_SHRINK_MOVE) {
-    /* Far below the lane: move to the Pool (at most ACE_SHRINK_MOVE bytes
-     * copied) and free the span; keep it in place if the Pool has no
-     * memory. Down to ACE_SHRINK_MOVE, a block stays in (the first chunk
-     * of) its span: its pages are resident already, where a copy would
-     * touch as many again in a Pool block that stays resident in its slab
-     * (bench_soak: peak RSS 132.5 -> 125.9 MiB). */
-    int saved = errno;
-    void *q = hm_malloc(n);
-    if (q == NULL) {
-      errno = saved;
-      return p;
-    }
-    memcpy(q, p, n);
-    hm_large_free(p);
-    return q;
-  }
+  /* Down to ACE_SHRINK_MOVE, a block stays in (the first chunk of) its
+   * span: its pages are resident already, where a copy would touch as many
+   * again in a Pool block that stays resident in its slab (bench_soak:
+   * peak RSS 132.5 -> 125.9 MiB). */
+  if (n <= ACE_SHRINK_MOVE) return shrink_to_pool(p, n);
   if (n > ACE_LIMIT - PAGE_SIZE_ - HM_GUARD_SIZE) return fail("Threshold", n, 0, ENOMEM);
   size_t len = span_len_for(n + HM_GUARD_SIZE);
   if (len != s->len) count_block(-1, p); /* (a resize counts as a free and an allocation) */
@@ -1016,6 +1084,15 @@ static void *large_realloc(void *p, size_t n) {
   return p;
 }
 
-void hm_large_fork_prepare(void) { pthread_mutex_lock(&ace_lock); }
-void hm_large_fork_parent(void) { pthread_mutex_unlock(&ace_lock); }
-void hm_large_fork_child(void) { pthread_mutex_init(&ace_lock, NULL); }
+void hm_large_fork_prepare(void) {
+  hm_pack_fork_prepare();
+  pthread_mutex_lock(&ace_lock);
+}
+void hm_large_fork_parent(void) {
+  pthread_mutex_unlock(&ace_lock);
+  hm_pack_fork_parent();
+}
+void hm_large_fork_child(void) {
+  pthread_mutex_init(&ace_lock, NULL);
+  hm_pack_fork_child();
+}

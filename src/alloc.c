@@ -13,7 +13,7 @@ void hak_free(void *p) { hm_free(p); }
 void hm_free_slow(void *p) {
   if (p == NULL) return;
   unsigned k = hm_reg_kind((uintptr_t)p);
-  if (k == REG_LARGE_HEAD || k == REG_LARGE_TAIL) {
+  if (k == REG_LARGE_HEAD || k == REG_LARGE_TAIL || k == REG_LARGE_PACK) {
     hm_large_free(p);
     hm_purge_tick();
     return;
@@ -73,7 +73,7 @@ void *hak_realloc(void *p, size_t n) {
     return NULL;
   }
   unsigned k = hm_reg_kind((uintptr_t)p);
-  if (k == REG_LARGE_HEAD || k == REG_LARGE_TAIL) return hm_large_realloc(p, n);
+  if (k == REG_LARGE_HEAD || k == REG_LARGE_TAIL || k == REG_LARGE_PACK) return hm_large_realloc(p, n);
   /* Keep the block when it fits and would not waste more than half. */
   if (n <= old && (old <= 256 || n >= old / 2)) return p;
   void *q = hm_malloc(n);

@@ -303,6 +303,10 @@ static size_t purge_step(uint64_t now, uint64_t delay_ns, size_t budget) {
    * served no request for as long (hm_large_purge). */
   uint64_t large_idle = hm_purge_mode == PURGE_LAZY && delay_ns < LARGE_IDLE_NS ? LARGE_IDLE_NS : delay_ns;
   bytes += hm_large_purge(now, large_idle, STEP_BUDGET, &next);
+  /* Packed large blocks' free pages: after the delay, like unused slabs
+   * (the pack crowds busy blocks into its low chunks, so what idles is
+   * what the working set's peaks left behind). */
+  bytes += hm_pack_purge(now, delay_ns, STEP_BUDGET, &next);
   uint64_t cur = atomic_load(&hm_purge_due_ns);
   while (next < cur && !atomic_compare_exchange_weak(&hm_purge_due_ns, &cur, next)) {
   }
@@ -330,6 +334,7 @@ static void purge_to_limit(uint64_t now) {
     size_t got = hm_backend_purge_cached(now, 0, want, &next);
     if (got < want) got += purge_slabs(now, 0, want - got, &next);
     if (got < want) got += hm_large_purge(now, 0, want - got, &next);
+    if (got < want) got += hm_pack_purge(now, 0, want - got, &next);
     if (got == 0) break;
   }
 }

@@ -1,0 +1,469 @@
+/* Packed large blocks: blocks above the Pool limit up to PACK_MAX, several
+ * to a 2 MiB chunk at page granularity, so that the large lane's resident
+ * memory follows its live blocks instead of costing a 2 MiB span each
+ * (docs/DESIGN.md, "Large lane").
+ *
+ * A pack is one 2 MiB-aligned chunk taken from the large lane's span cache
+ * (ace.c) and marked REG_LARGE_PACK in the registry. Its first page is the
+ * header (below); blocks take runs of the other 511 pages. Allocation takes
+ * the lowest pack with a long enough free run, and in it the shortest such
+ * run (free runs coalesce by construction: they are the clear bits of
+ * `used`), so the busy blocks crowd into the low packs and the pages of the
+ * high ones, wanted only at the working set's peaks, stay free and idle.
+ *
+ * Each page knows whether it may be resident (`dirty`: a block was handed
+ * out over it since the pack was mapped or purged) and, while free, since
+ * when. A purge step (hm_pack_purge, from purge.c) gives back the free
+ * dirty pages idle for the delay, a run at a time; malloc_trim gives back
+ * every free page and the empty packs. A block over purged pages that were
+ * given back recently counts as regret (purge.c's backoff).
+ *
+ * Locking: one mutex, a leaf lock; packs are taken from and given back to
+ * the span cache with it dropped, and madvise runs with it dropped over
+ * runs marked used meanwhile (nobody allocates, frees or purges them).
+ *
+ * Secure mode keeps one block per span (guard pages at span ends): the
+ * pack is not built there. */
+#include <pthread.h>
+#include <string.h>
+
+#include "internal.h"
+
+#if HM_GUARD_SIZE == 0
+
+#define PACK_PAGES (SS_SIZE / PAGE_SIZE_)   /* 512; page 0 is the header */
+#define PACK_WORDS (PACK_PAGES / 64)
+#define PACK_SLOTS 4096                     /* packs at most (8 GiB); then spans */
+#define PURGE_BATCH 64                      /* runs given back per step and lock hold */
+
+typedef struct pack {
+  uint64_t used[PACK_WORDS];   /* pages in blocks (page 0: the header), or being purged */
+  uint64_t dirty[PACK_WORDS];  /* pages that may be resident */
+  uint64_t start[PACK_WORDS];  /* first pages of live blocks */
+  uint64_t freed[PACK_WORDS];  /* first pages of blocks freed since (a second free is a double free) */
+  uint64_t purged_ns;          /* when a purge last gave pages of it back (regret) */
+  uint32_t free_pages;
+  uint32_t pad_;
+  uint16_t pages[PACK_PAGES];  /* a live block's length in pages, at its first page */
+  uint32_t since_ms[PACK_PAGES]; /* a free page: when it became free (ms clock) */
+} pack_t;
+_Static_assert(sizeof(pack_t) <= PAGE_SIZE_, "the header fits the pack's first page");
+
+static pthread_mutex_t pack_lock = PTHREAD_MUTEX_INITIALIZER;
+static pack_t *packs[PACK_SLOTS];       /* by address */
+static uint16_t longest[PACK_SLOTS];    /* = the longest free run of packs[i] */
+static unsigned npacks;
+static _Atomic size_t clean_free;       /* free pages not resident (bytes; hakmem's estimate) */
+
+/* ---- bitmaps of PACK_PAGES bits ----------------------------------------- */
+
+static bool bit(const uint64_t *m, unsigned i) { return (m[i >> 6] >> (i & 63)) & 1u; }
+
+/* Set (v) or clear bits [s, s+n). */
+static void bits_put(uint64_t *m, unsigned s, unsigned n, bool v) {
+  while (n != 0) {
+    unsigned o = s & 63, k = 64 - o < n ? 64 - o : n;
+    uint64_t mask = (k == 64 ? ~(uint64_t)0 : (((uint64_t)1 << k) - 1)) << o;
+    if (v) m[s >> 6] |= mask;
+    else m[s >> 6] &= ~mask;
+    s += k;
+    n -= k;
+  }
+}
+
+/* Bits set in [s, s+n). */
+static unsigned bits_count(const uint64_t *m, unsigned s, unsigned n) {
+  unsigned c = 0;
+  while (n != 0) {
+    unsigned o = s & 63, k = 64 - o < n ? 64 - o : n;
+    uint64_t mask = (k == 64 ? ~(uint64_t)0 : (((uint64_t)1 << k) - 1)) << o;
+    c += (unsigned)__builtin_popcountll(m[s >> 6] & mask);
+    s += k;
+    n -= k;
+  }
+  return c;
+}
+
+/* The first bit at or after i that equals v (PACK_PAGES if none). */
+static unsigned bits_next(const uint64_t *m, unsigned i, bool v) {
+  while (i < PACK_PAGES) {
+    uint64_t w = (v ? m[i >> 6] : ~m[i >> 6]) >> (i & 63);
+    if (w != 0) return i + (unsigned)__builtin_ctzll(w);
+    i = (i | 63) + 1;
+  }
+  return PACK_PAGES;
+}
+
+/* ---- one pack (lock held) ---------------------------------------------------- */
+
+static char *page_addr(pack_t *p, unsigned i) { return (char *)p + ((size_t)i * PAGE_SIZE_); }
+
+static unsigned longest_run(const pack_t *p) {
+  unsigned best = 0;
+  for (unsigned r = bits_next(p->used, 1, false); r < PACK_PAGES;) {
+    unsigned e = bits_next(p->used, r, true);
+    if (e - r > best) best = e - r;
+    r = bits_next(p->used, e, false);
+  }
+  return best;
+}
+
+/* The first page of the shortest free run of p of at least k pages. */
+static unsigned best_fit(const pack_t *p, unsigned k) {
+  unsigned at = 0, len = PACK_PAGES;
+  for (unsigned r = bits_next(p->used, 1, false); r < PACK_PAGES;) {
+    unsigned e = bits_next(p->used, r, true);
+    if (e - r >= k && e - r < len) {
+      at = r;
+      len = e - r;
+      if (len == k) break;
+    }
+    r = bits_next(p->used, e, false);
+  }
+  return at;
+}
+
+/* Pages [s, s+k) of p leave the free pages (a block, or a run to purge). */
+static void take_pages(pack_t *p, unsigned s, unsigned k) {
+  size_t clean = k - bits_count(p->dirty, s, k);
+  atomic_fetch_sub_explicit(&clean_free, clean * PAGE_SIZE_, memory_order_relaxed);
+  bits_put(p->used, s, k, true);
+  p->free_pages -= k;
+}
+
+/* Pages [s, s+k) of p become free at now_ms. */
+static void give_pages(pack_t *p, unsigned s, unsigned k, uint32_t now_ms) {
+  size_t clean = k - bits_count(p->dirty, s, k);
+  atomic_fetch_add_explicit(&clean_free, clean * PAGE_SIZE_, memory_order_relaxed);
+  bits_put(p->used, s, k, false);
+  for (unsigned i = s; i < s + k; i++) p->since_ms[i] = now_ms;
+  p->free_pages += k;
+}
+
+static unsigned slot_of(const pack_t *p) {
+  unsigned lo = 0, hi = npacks;
+  while (lo < hi) {
+    unsigned mid = (lo + hi) / 2;
+    if ((uintptr_t)packs[mid] < (uintptr_t)p) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static void refresh(pack_t *p) { longest[slot_of(p)] = (uint16_t)longest_run(p); }
+
+/* A block of k pages at page s of p. Returns whether its pages were all
+ * clean (read as zeros). */
+static bool place(pack_t *p, unsigned s, unsigned k, uint64_t now) {
+  unsigned dirty = bits_count(p->dirty, s, k);
+  take_pages(p, s, k);
+  bits_put(p->dirty, s, k, true);
+  bits_put(p->start, s, 1, true);
+  bits_put(p->freed, s, k, false);
+  p->pages[s] = (uint16_t)k;
+  if (dirty < k && p->purged_ns != 0) hm_purge_regret(p->purged_ns, now); /* faults again */
+  refresh(p);
+  return dirty == 0;
+}
+
+/* ---- packs from the span cache ------------------------------------------------ */
+
+/* A new, empty pack (lock not held); NULL if the lane has no memory. */
+static pack_t *pack_new(void) {
+  bool fresh;
+  pack_t *p = hm_large_chunk_take(&fresh);
+  if (p == NULL) return NULL;
+  memset(p, 0, sizeof *p);
+  p->used[0] = 1; /* the header */
+  p->free_pages = PACK_PAGES - 1;
+  /* a chunk from the span cache may hold old contents anywhere: all its
+   * pages count as dirty (calloc zeroes them; a purge gives them back) */
+  bits_put(p->dirty, 0, fresh ? 1 : PACK_PAGES, true);
+  return p;
+}
+
+/* Insert p (lock held); false if the table is full. */
+static bool pack_insert(pack_t *p) {
+  if (npacks == PACK_SLOTS) return false;
+  unsigned i = slot_of(p);
+  memmove(&packs[i + 1], &packs[i], (npacks - i) * sizeof packs[0]);
+  memmove(&longest[i + 1], &longest[i], (npacks - i) * sizeof longest[0]);
+  packs[i] = p;
+  npacks++;
+  size_t clean = PACK_PAGES - bits_count(p->dirty, 0, PACK_PAGES);
+  atomic_fetch_add_explicit(&clean_free, clean * PAGE_SIZE_, memory_order_relaxed);
+  refresh(p);
+  hm_reg_set((uintptr_t)p, REG_LARGE_PACK);
+  return true;
+}
+
+/* ---- the lane's entry points -------------------------------------------------- */
+
+bool hm_pack_enabled(void) { return hm_opt[HM_OPT_LARGE_PACK] != 0 && hm_opt[HM_OPT_ACE_MAX_MB] != 0; }
+
+void *hm_pack_alloc(size_t n, bool zero) {
+  unsigned k = (unsigned)((n + PAGE_SIZE_ - 1) / PAGE_SIZE_);
+  uint64_t now = hm_now_ns();
+  pack_t *fresh = NULL;
+  for (;;) {
+    pthread_mutex_lock(&pack_lock);
+    if (fresh != NULL && !pack_insert(fresh)) {
+      pthread_mutex_unlock(&pack_lock);
+      hm_large_chunk_give(fresh);
+      return NULL; /* the caller maps a span */
+    }
+    for (unsigned i = 0; i < npacks; i++) {
+      if (longest[i] < k) continue;
+      pack_t *p = packs[i];
+      unsigned s = best_fit(p, k);
+      HM_ASSERT(s != 0 && longest[i] == longest_run(p));
+      bool clean = place(p, s, k, now);
+      pthread_mutex_unlock(&pack_lock);
+      char *b = page_addr(p, s);
+      if (zero && !clean) memset(b, 0, n);
+#ifndef HAKMEM_NO_CHECKS
+      /* A block's second word is where Pool blocks hold the free tag, and
+       * the pages of a pack are reused at any page: stale contents (a
+       * Pool block copied here whole by realloc, tags of freed blocks
+       * inside it) must not reach a Pool block's second word when
+       * realloc moves this one into the Pool. Clean pages read zero. */
+      else if (!clean) ((uintptr_t *)b)[1] = 0;
+#endif
+      return b;
+    }
+    pthread_mutex_unlock(&pack_lock);
+    if ((fresh = pack_new()) == NULL) return NULL;
+  }
+}
+
+/* The block of p's pack that starts at p: its page, 0 if none. Lock held. */
+static unsigned block_page(const pack_t *pk, const void *p) {
+  uintptr_t off = (uintptr_t)p - (uintptr_t)pk;
+  if ((off & (PAGE_SIZE_ - 1)) != 0) return 0;
+  unsigned s = (unsigned)(off / PAGE_SIZE_);
+  return s != 0 && bit(pk->start, s) ? s : 0;
+}
+
+static pack_t *pack_of(const void *p) { return (pack_t *)hm_ss_of(p); }
+
+size_t hm_pack_usable(const void *p) {
+  pack_t *pk = pack_of(p);
+  pthread_mutex_lock(&pack_lock);
+  unsigned s = block_page(pk, p);
+  size_t u = s != 0 ? (size_t)pk->pages[s] * PAGE_SIZE_ : 0;
+  pthread_mutex_unlock(&pack_lock);
+  return u;
+}
+
+bool hm_pack_is_freed(const void *p) {
+  pack_t *pk = pack_of(p);
+  uintptr_t off = (uintptr_t)p - (uintptr_t)pk;
+  pthread_mutex_lock(&pack_lock);
+  bool freed = (off & (PAGE_SIZE_ - 1)) == 0 && bit(pk->freed, (unsigned)(off / PAGE_SIZE_));
+  pthread_mutex_unlock(&pack_lock);
+  return freed;
+}
+
+/* Free the block at page s of pk (lock held). Returns its pages. */
+static unsigned release_block(pack_t *pk, unsigned s, uint32_t now_ms) {
+  unsigned k = pk->pages[s];
+  bits_put(pk->start, s, 1, false);
+  bits_put(pk->freed, s, 1, true);
+  pk->pages[s] = 0;
+  give_pages(pk, s, k, now_ms);
+  refresh(pk);
+  return k;
+}
+
+size_t hm_pack_free(void *p) {
+  pack_t *pk = pack_of(p);
+  uint64_t now = hm_now_ns();
+  pthread_mutex_lock(&pack_lock);
+  unsigned s = block_page(pk, p);
+  if (s == 0) {
+    pthread_mutex_unlock(&pack_lock);
+    return 0;
+  }
+  if (hm_purge_mode == PURGE_EAGER) {
+    /* given back at once: the pages stay taken while madvise runs */
+    unsigned k = pk->pages[s];
+    bits_put(pk->start, s, 1, false);
+    bits_put(pk->freed, s, 1, true);
+    pk->pages[s] = 0;
+    pthread_mutex_unlock(&pack_lock);
+    bool ok = hm_os_purge(page_addr(pk, s), (size_t)k * PAGE_SIZE_) == 0;
+    pthread_mutex_lock(&pack_lock);
+    if (ok) bits_put(pk->dirty, s, k, false);
+    give_pages(pk, s, k, (uint32_t)(now / 1000000u));
+    refresh(pk);
+    pthread_mutex_unlock(&pack_lock);
+    return (size_t)k * PAGE_SIZE_;
+  }
+  unsigned k = release_block(pk, s, (uint32_t)(now / 1000000u));
+  pthread_mutex_unlock(&pack_lock);
+  if (hm_purge_mode == PURGE_OFF) hm_purge_count_disabled();
+  else hm_purge_note_idle(now);
+  return (size_t)k * PAGE_SIZE_;
+}
+
+bool hm_pack_resize(void *p, size_t n) {
+  pack_t *pk = pack_of(p);
+  unsigned k = (unsigned)((n + PAGE_SIZE_ - 1) / PAGE_SIZE_);
+  uint64_t now = hm_now_ns();
+  pthread_mutex_lock(&pack_lock);
+  unsigned s = block_page(pk, p), old = pk->pages[s];
+  bool done = true;
+  if (k < old) { /* the tail becomes free */
+    give_pages(pk, s + k, old - k, (uint32_t)(now / 1000000u));
+    pk->pages[s] = (uint16_t)k;
+    refresh(pk);
+  } else if (k > old) { /* into the free pages that follow */
+    done = s + k <= PACK_PAGES && bits_next(pk->used, s + old, true) >= s + k;
+    if (done) {
+      unsigned dirty = bits_count(pk->dirty, s + old, k - old);
+      take_pages(pk, s + old, k - old);
+      bits_put(pk->dirty, s + old, k - old, true);
+      bits_put(pk->freed, s + old, k - old, false);
+      pk->pages[s] = (uint16_t)k;
+      if (dirty < k - old && pk->purged_ns != 0) hm_purge_regret(pk->purged_ns, now);
+      refresh(pk);
+    }
+  }
+  pthread_mutex_unlock(&pack_lock);
+  return done;
+}
+
+/* ---- giving memory back ---------------------------------------------------------- */
+
+typedef struct run {
+  pack_t *pk;
+  uint16_t s, k;
+} run_t;
+
+/* Runs of free, dirty pages idle since min_idle ago, at most budget bytes
+ * and PURGE_BATCH runs, taken (marked used) into out. Lock held. */
+static unsigned claim_runs(uint64_t now, uint64_t min_idle_ns, size_t *budget, uint64_t *next_due, run_t *out) {
+  uint32_t now_ms = (uint32_t)(now / 1000000u), idle_ms = (uint32_t)(min_idle_ns / 1000000u);
+  unsigned n = 0;
+  for (unsigned i = 0; i < npacks; i++) {
+    pack_t *pk = packs[i];
+    bool any = false;
+    for (unsigned w = 0; w < PACK_WORDS && !any; w++) any = (pk->dirty[w] & ~pk->used[w]) != 0;
+    if (!any) continue;
+    for (unsigned j = 1; j < PACK_PAGES;) {
+      bool due = !bit(pk->used, j) && bit(pk->dirty, j) && (uint32_t)(now_ms - pk->since_ms[j]) >= idle_ms;
+      if (!due) {
+        if (!bit(pk->used, j) && bit(pk->dirty, j)) {
+          uint64_t at = now + ((uint64_t)(idle_ms - (uint32_t)(now_ms - pk->since_ms[j])) * 1000000u);
+          if (at < *next_due) *next_due = at;
+        }
+        j++;
+        continue;
+      }
+      if (*budget == 0 || n == PURGE_BATCH) {
+        *next_due = now; /* more to do: the next step comes at once */
+        return n;
+      }
+      unsigned e = j + 1;
+      while (e < PACK_PAGES && !bit(pk->used, e) && bit(pk->dirty, e) &&
+             (uint32_t)(now_ms - pk->since_ms[e]) >= idle_ms)
+        e++;
+      size_t bytes = (size_t)(e - j) * PAGE_SIZE_;
+      *budget = bytes >= *budget ? 0 : *budget - bytes;
+      take_pages(pk, j, e - j);
+      refresh(pk);
+      out[n++] = (run_t){pk, (uint16_t)j, (uint16_t)(e - j)};
+      j = e;
+    }
+  }
+  return n;
+}
+
+/* madvise the claimed runs (lock not held), then free them, clean. */
+static size_t purge_runs(run_t *r, unsigned n, uint64_t now) {
+  size_t bytes = 0;
+  bool ok[PURGE_BATCH];
+  for (unsigned i = 0; i < n; i++) ok[i] = hm_os_purge(page_addr(r[i].pk, r[i].s), (size_t)r[i].k * PAGE_SIZE_) == 0;
+  pthread_mutex_lock(&pack_lock);
+  for (unsigned i = 0; i < n; i++) {
+    if (ok[i]) {
+      bits_put(r[i].pk->dirty, r[i].s, r[i].k, false);
+      r[i].pk->purged_ns = now;
+      bytes += (size_t)r[i].k * PAGE_SIZE_;
+    }
+    give_pages(r[i].pk, r[i].s, r[i].k, (uint32_t)(now / 1000000u));
+    refresh(r[i].pk);
+  }
+  pthread_mutex_unlock(&pack_lock);
+  return bytes;
+}
+
+size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due) {
+  size_t bytes = 0;
+  run_t runs[PURGE_BATCH];
+  for (;;) {
+    pthread_mutex_lock(&pack_lock);
+    unsigned n = claim_runs(now, min_idle_ns, &budget, next_due, runs);
+    pthread_mutex_unlock(&pack_lock);
+    if (n == 0) break;
+    bytes += purge_runs(runs, n, now);
+    if (n < PURGE_BATCH || budget == 0) break;
+  }
+  return bytes;
+}
+
+size_t hm_pack_release(void) {
+  uint64_t due = UINT64_MAX;
+  size_t bytes = hm_pack_purge(hm_now_ns(), 0, SIZE_MAX, &due);
+  /* empty packs go back to the span cache (which the caller then unmaps) */
+  for (;;) {
+    pack_t *empty = NULL;
+    pthread_mutex_lock(&pack_lock);
+    for (unsigned i = 0; i < npacks && empty == NULL; i++) {
+      if (packs[i]->free_pages != PACK_PAGES - 1) continue;
+      empty = packs[i];
+      memmove(&packs[i], &packs[i + 1], (npacks - i - 1) * sizeof packs[0]);
+      memmove(&longest[i], &longest[i + 1], (npacks - i - 1) * sizeof longest[0]);
+      npacks--;
+      size_t clean = PACK_PAGES - bits_count(empty->dirty, 0, PACK_PAGES);
+      atomic_fetch_sub_explicit(&clean_free, clean * PAGE_SIZE_, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&pack_lock);
+    if (empty == NULL) break;
+    hm_large_chunk_give(empty);
+  }
+  return bytes;
+}
+
+size_t hm_pack_clean(void) { return atomic_load_explicit(&clean_free, memory_order_relaxed); }
+
+void hm_pack_resident(size_t *res) {
+  pthread_mutex_lock(&pack_lock);
+  for (unsigned i = 0; i < npacks; i++) *res += hm_os_resident(packs[i], SS_SIZE);
+  pthread_mutex_unlock(&pack_lock);
+}
+
+void hm_pack_fork_prepare(void) { pthread_mutex_lock(&pack_lock); }
+void hm_pack_fork_parent(void) { pthread_mutex_unlock(&pack_lock); }
+void hm_pack_fork_child(void) { pthread_mutex_init(&pack_lock, NULL); }
+
+#else /* secure mode: one block per span */
+
+bool hm_pack_enabled(void) { return false; }
+void *hm_pack_alloc(size_t n, bool zero) { (void)n, (void)zero; return NULL; }
+size_t hm_pack_usable(const void *p) { (void)p; return 0; }
+bool hm_pack_is_freed(const void *p) { (void)p; return false; }
+size_t hm_pack_free(void *p) { (void)p; return 0; }
+bool hm_pack_resize(void *p, size_t n) { (void)p, (void)n; return false; }
+size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due) {
+  (void)now, (void)min_idle_ns, (void)budget, (void)next_due;
+  return 0;
+}
+size_t hm_pack_release(void) { return 0; }
+size_t hm_pack_clean(void) { return 0; }
+void hm_pack_resident(size_t *res) { (void)res; }
+void hm_pack_fork_prepare(void) {}
+void hm_pack_fork_parent(void) {}
+void hm_pack_fork_child(void) {}
+
+#endif
