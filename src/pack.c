@@ -12,10 +12,10 @@
  * high ones, wanted only at the working set's peaks, stay free and idle.
  *
  * Each page knows whether it may be resident (`dirty`: a block was handed
- * out over it since the pack was mapped or purged) and, while free, since
- * when. A purge step (hm_pack_purge, from purge.c) gives back the free
- * dirty pages idle for the delay, a run at a time; malloc_trim gives back
- * every free page and the empty packs. A block over purged pages that were
+ * out over it since the pack was mapped or purged). Once the packs have
+ * handed out no block for the purge's idle time, a purge step
+ * (hm_pack_purge, from purge.c) gives back their free dirty pages, a run
+ * at a time; malloc_trim gives back every free page and the empty packs. A block over purged pages that were
  * given back recently counts as regret (purge.c's backoff).
  *
  * Locking: one mutex, a leaf lock; packs are taken from and given back to
@@ -43,9 +43,8 @@ typedef struct pack {
   uint64_t freed[PACK_WORDS];  /* first pages of blocks freed since (a second free is a double free) */
   uint64_t purged_ns;          /* when a purge last gave pages of it back (regret) */
   uint32_t free_pages;
-  uint32_t pad_;
+  uint32_t slot;               /* its index in packs[] */
   uint16_t pages[PACK_PAGES];  /* a live block's length in pages, at its first page */
-  uint32_t since_ms[PACK_PAGES]; /* a free page: when it became free (ms clock) */
 } pack_t;
 _Static_assert(sizeof(pack_t) <= PAGE_SIZE_, "the header fits the pack's first page");
 
@@ -54,6 +53,7 @@ static pack_t *packs[PACK_SLOTS];       /* by address */
 static uint16_t longest[PACK_SLOTS];    /* = the longest free run of packs[i] */
 static unsigned npacks;
 static _Atomic size_t clean_free;       /* free pages not resident (bytes; hakmem's estimate) */
+static uint64_t last_alloc_ns;          /* the last block handed out (hm_pack_purge) */
 
 /* ---- bitmaps of PACK_PAGES bits ----------------------------------------- */
 
@@ -77,7 +77,8 @@ static unsigned bits_count(const uint64_t *m, unsigned s, unsigned n) {
   while (n != 0) {
     unsigned o = s & 63, k = 64 - o < n ? 64 - o : n;
     uint64_t mask = (k == 64 ? ~(uint64_t)0 : (((uint64_t)1 << k) - 1)) << o;
-    c += (unsigned)__builtin_popcountll(m[s >> 6] & mask);
+    uint64_t w = m[s >> 6] & mask;
+    c += w == mask ? k : (unsigned)__builtin_popcountll(w); /* (mostly all set: no popcount) */
     s += k;
     n -= k;
   }
@@ -108,8 +109,9 @@ static unsigned longest_run(const pack_t *p) {
   return best;
 }
 
-/* The first page of the shortest free run of p of at least k pages. */
-static unsigned best_fit(const pack_t *p, unsigned k) {
+/* The first page of the shortest free run of p of at least k pages; *run:
+ * its length. */
+static unsigned best_fit(const pack_t *p, unsigned k, unsigned *run) {
   unsigned at = 0, len = PACK_PAGES;
   for (unsigned r = bits_next(p->used, 1, false); r < PACK_PAGES;) {
     unsigned e = bits_next(p->used, r, true);
@@ -120,6 +122,7 @@ static unsigned best_fit(const pack_t *p, unsigned k) {
     }
     r = bits_next(p->used, e, false);
   }
+  *run = len;
   return at;
 }
 
@@ -131,12 +134,11 @@ static void take_pages(pack_t *p, unsigned s, unsigned k) {
   p->free_pages -= k;
 }
 
-/* Pages [s, s+k) of p become free at now_ms. */
-static void give_pages(pack_t *p, unsigned s, unsigned k, uint32_t now_ms) {
+/* Pages [s, s+k) of p become free. */
+static void give_pages(pack_t *p, unsigned s, unsigned k) {
   size_t clean = k - bits_count(p->dirty, s, k);
   atomic_fetch_add_explicit(&clean_free, clean * PAGE_SIZE_, memory_order_relaxed);
   bits_put(p->used, s, k, false);
-  for (unsigned i = s; i < s + k; i++) p->since_ms[i] = now_ms;
   p->free_pages += k;
 }
 
@@ -150,11 +152,28 @@ static unsigned slot_of(const pack_t *p) {
   return lo;
 }
 
-static void refresh(pack_t *p) { longest[slot_of(p)] = (uint16_t)longest_run(p); }
+/* p's longest free run after a block left the run of free pages around
+ * page s (only that run can have grown). */
+static void refresh_freed(pack_t *p, unsigned s) {
+  unsigned a = s, e = bits_next(p->used, s, true);
+  while (a > 1 && !bit(p->used, a - 1)) a--;
+  if (e - a > longest[p->slot]) longest[p->slot] = (uint16_t)(e - a);
+}
+
+/* p's longest free run after pages were taken from a run of len pages
+ * (only if that was the longest can the longest have shrunk). */
+static void refresh_taken(pack_t *p, unsigned len) {
+  if (len >= longest[p->slot]) longest[p->slot] = (uint16_t)longest_run(p);
+}
+
+/* Number the packs from i on (after an insertion or removal). */
+static void renumber(unsigned i) {
+  for (; i < npacks; i++) packs[i]->slot = i;
+}
 
 /* A block of k pages at page s of p. Returns whether its pages were all
  * clean (read as zeros). */
-static bool place(pack_t *p, unsigned s, unsigned k, uint64_t now) {
+static bool place(pack_t *p, unsigned s, unsigned k, unsigned run, uint64_t now) {
   unsigned dirty = bits_count(p->dirty, s, k);
   take_pages(p, s, k);
   bits_put(p->dirty, s, k, true);
@@ -162,7 +181,7 @@ static bool place(pack_t *p, unsigned s, unsigned k, uint64_t now) {
   bits_put(p->freed, s, k, false);
   p->pages[s] = (uint16_t)k;
   if (dirty < k && p->purged_ns != 0) hm_purge_regret(p->purged_ns, now); /* faults again */
-  refresh(p);
+  refresh_taken(p, run);
   return dirty == 0;
 }
 
@@ -190,9 +209,10 @@ static bool pack_insert(pack_t *p) {
   memmove(&longest[i + 1], &longest[i], (npacks - i) * sizeof longest[0]);
   packs[i] = p;
   npacks++;
+  renumber(i);
   size_t clean = PACK_PAGES - bits_count(p->dirty, 0, PACK_PAGES);
   atomic_fetch_add_explicit(&clean_free, clean * PAGE_SIZE_, memory_order_relaxed);
-  refresh(p);
+  longest[i] = (uint16_t)longest_run(p);
   hm_reg_set((uintptr_t)p, REG_LARGE_PACK);
   return true;
 }
@@ -207,6 +227,7 @@ void *hm_pack_alloc(size_t n, bool zero) {
   pack_t *fresh = NULL;
   for (;;) {
     pthread_mutex_lock(&pack_lock);
+    last_alloc_ns = now;
     if (fresh != NULL && !pack_insert(fresh)) {
       pthread_mutex_unlock(&pack_lock);
       hm_large_chunk_give(fresh);
@@ -215,9 +236,9 @@ void *hm_pack_alloc(size_t n, bool zero) {
     for (unsigned i = 0; i < npacks; i++) {
       if (longest[i] < k) continue;
       pack_t *p = packs[i];
-      unsigned s = best_fit(p, k);
+      unsigned run, s = best_fit(p, k, &run);
       HM_ASSERT(s != 0 && longest[i] == longest_run(p));
-      bool clean = place(p, s, k, now);
+      bool clean = place(p, s, k, run, now);
       pthread_mutex_unlock(&pack_lock);
       char *b = page_addr(p, s);
       if (zero && !clean) memset(b, 0, n);
@@ -265,13 +286,13 @@ bool hm_pack_is_freed(const void *p) {
 }
 
 /* Free the block at page s of pk (lock held). Returns its pages. */
-static unsigned release_block(pack_t *pk, unsigned s, uint32_t now_ms) {
+static unsigned release_block(pack_t *pk, unsigned s) {
   unsigned k = pk->pages[s];
   bits_put(pk->start, s, 1, false);
   bits_put(pk->freed, s, 1, true);
   pk->pages[s] = 0;
-  give_pages(pk, s, k, now_ms);
-  refresh(pk);
+  give_pages(pk, s, k);
+  refresh_freed(pk, s);
   return k;
 }
 
@@ -294,12 +315,12 @@ size_t hm_pack_free(void *p) {
     bool ok = hm_os_purge(page_addr(pk, s), (size_t)k * PAGE_SIZE_) == 0;
     pthread_mutex_lock(&pack_lock);
     if (ok) bits_put(pk->dirty, s, k, false);
-    give_pages(pk, s, k, (uint32_t)(now / 1000000u));
-    refresh(pk);
+    give_pages(pk, s, k);
+    refresh_freed(pk, s);
     pthread_mutex_unlock(&pack_lock);
     return (size_t)k * PAGE_SIZE_;
   }
-  unsigned k = release_block(pk, s, (uint32_t)(now / 1000000u));
+  unsigned k = release_block(pk, s);
   pthread_mutex_unlock(&pack_lock);
   if (hm_purge_mode == PURGE_OFF) hm_purge_count_disabled();
   else hm_purge_note_idle(now);
@@ -314,11 +335,12 @@ bool hm_pack_resize(void *p, size_t n) {
   unsigned s = block_page(pk, p), old = pk->pages[s];
   bool done = true;
   if (k < old) { /* the tail becomes free */
-    give_pages(pk, s + k, old - k, (uint32_t)(now / 1000000u));
+    give_pages(pk, s + k, old - k);
     pk->pages[s] = (uint16_t)k;
-    refresh(pk);
+    refresh_freed(pk, s + k);
   } else if (k > old) { /* into the free pages that follow */
-    done = s + k <= PACK_PAGES && bits_next(pk->used, s + old, true) >= s + k;
+    unsigned end = bits_next(pk->used, s + old, true);
+    done = end >= s + k; /* (end <= PACK_PAGES) */
     if (done) {
       unsigned dirty = bits_count(pk->dirty, s + old, k - old);
       take_pages(pk, s + old, k - old);
@@ -326,7 +348,7 @@ bool hm_pack_resize(void *p, size_t n) {
       bits_put(pk->freed, s + old, k - old, false);
       pk->pages[s] = (uint16_t)k;
       if (dirty < k - old && pk->purged_ns != 0) hm_purge_regret(pk->purged_ns, now);
-      refresh(pk);
+      refresh_taken(pk, end - (s + old));
     }
   }
   pthread_mutex_unlock(&pack_lock);
@@ -340,40 +362,27 @@ typedef struct run {
   uint16_t s, k;
 } run_t;
 
-/* Runs of free, dirty pages idle since min_idle ago, at most budget bytes
- * and PURGE_BATCH runs, taken (marked used) into out. Lock held. */
-static unsigned claim_runs(uint64_t now, uint64_t min_idle_ns, size_t *budget, uint64_t *next_due, run_t *out) {
-  uint32_t now_ms = (uint32_t)(now / 1000000u), idle_ms = (uint32_t)(min_idle_ns / 1000000u);
+/* Runs of free, dirty pages, at most budget bytes and PURGE_BATCH runs,
+ * taken (marked used) into out. Lock held. */
+static unsigned claim_runs(uint64_t now, size_t *budget, uint64_t *next_due, run_t *out) {
   unsigned n = 0;
   for (unsigned i = 0; i < npacks; i++) {
     pack_t *pk = packs[i];
+    uint64_t cand[PACK_WORDS];
     bool any = false;
-    for (unsigned w = 0; w < PACK_WORDS && !any; w++) any = (pk->dirty[w] & ~pk->used[w]) != 0;
-    if (!any) continue;
-    for (unsigned j = 1; j < PACK_PAGES;) {
-      bool due = !bit(pk->used, j) && bit(pk->dirty, j) && (uint32_t)(now_ms - pk->since_ms[j]) >= idle_ms;
-      if (!due) {
-        if (!bit(pk->used, j) && bit(pk->dirty, j)) {
-          uint64_t at = now + ((uint64_t)(idle_ms - (uint32_t)(now_ms - pk->since_ms[j])) * 1000000u);
-          if (at < *next_due) *next_due = at;
-        }
-        j++;
-        continue;
-      }
+    for (unsigned w = 0; w < PACK_WORDS; w++) any |= (cand[w] = pk->dirty[w] & ~pk->used[w]) != 0;
+    for (unsigned j = any ? bits_next(cand, 1, true) : PACK_PAGES; j < PACK_PAGES;) {
       if (*budget == 0 || n == PURGE_BATCH) {
         *next_due = now; /* more to do: the next step comes at once */
         return n;
       }
-      unsigned e = j + 1;
-      while (e < PACK_PAGES && !bit(pk->used, e) && bit(pk->dirty, e) &&
-             (uint32_t)(now_ms - pk->since_ms[e]) >= idle_ms)
-        e++;
+      unsigned e = bits_next(cand, j, false);
       size_t bytes = (size_t)(e - j) * PAGE_SIZE_;
       *budget = bytes >= *budget ? 0 : *budget - bytes;
       take_pages(pk, j, e - j);
-      refresh(pk);
+      refresh_taken(pk, PACK_PAGES); /* (recomputed) */
       out[n++] = (run_t){pk, (uint16_t)j, (uint16_t)(e - j)};
-      j = e;
+      j = bits_next(cand, e, true);
     }
   }
   return n;
@@ -391,8 +400,8 @@ static size_t purge_runs(run_t *r, unsigned n, uint64_t now) {
       r[i].pk->purged_ns = now;
       bytes += (size_t)r[i].k * PAGE_SIZE_;
     }
-    give_pages(r[i].pk, r[i].s, r[i].k, (uint32_t)(now / 1000000u));
-    refresh(r[i].pk);
+    give_pages(r[i].pk, r[i].s, r[i].k);
+    refresh_freed(r[i].pk, r[i].s);
   }
   pthread_mutex_unlock(&pack_lock);
   return bytes;
@@ -403,7 +412,17 @@ size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t
   run_t runs[PURGE_BATCH];
   for (;;) {
     pthread_mutex_lock(&pack_lock);
-    unsigned n = claim_runs(now, min_idle_ns, &budget, next_due, runs);
+    /* As for cached spans (hm_large_purge): an idle purge waits until no
+     * block was asked for that long either. A random working set of
+     * large blocks leaves the free pages of its deepest troughs idle for
+     * a second now and then, and wants them again (the syscall budget
+     * with blocks up to 1 MiB: madvise calls in steady state otherwise). */
+    if (min_idle_ns != 0 && last_alloc_ns + min_idle_ns > now) {
+      if (last_alloc_ns + min_idle_ns < *next_due && npacks != 0) *next_due = last_alloc_ns + min_idle_ns;
+      pthread_mutex_unlock(&pack_lock);
+      break;
+    }
+    unsigned n = claim_runs(now, &budget, next_due, runs);
     pthread_mutex_unlock(&pack_lock);
     if (n == 0) break;
     bytes += purge_runs(runs, n, now);
@@ -414,7 +433,7 @@ size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t
 
 size_t hm_pack_release(void) {
   uint64_t due = UINT64_MAX;
-  size_t bytes = hm_pack_purge(hm_now_ns(), 0, SIZE_MAX, &due);
+  size_t bytes = hm_purge_mode == PURGE_OFF ? 0 : hm_pack_purge(hm_now_ns(), 0, SIZE_MAX, &due);
   /* empty packs go back to the span cache (which the caller then unmaps) */
   for (;;) {
     pack_t *empty = NULL;
@@ -425,6 +444,7 @@ size_t hm_pack_release(void) {
       memmove(&packs[i], &packs[i + 1], (npacks - i - 1) * sizeof packs[0]);
       memmove(&longest[i], &longest[i + 1], (npacks - i - 1) * sizeof longest[0]);
       npacks--;
+      renumber(i);
       size_t clean = PACK_PAGES - bits_count(empty->dirty, 0, PACK_PAGES);
       atomic_fetch_sub_explicit(&clean_free, clean * PAGE_SIZE_, memory_order_relaxed);
     }
