@@ -7,7 +7,8 @@
  *             pages; no OS call once a pack exists
  *   realloc   shrink in place (the tail is reused), grow in place into the
  *             free pages after the block, moved when they are taken,
- *             moved to a span above 1 MiB, to the Pool at 64 KiB or less
+ *             moved to a span above 1 MiB, to the Pool at 64 KiB or less; a
+ *             Pool block moved by realloc to more than 64 KiB: packed
  *   purge     free pages idle long enough are given back (madvise), the
  *             pack stays mapped; malloc_trim gives back all free pages
  *             and unmaps empty packs
@@ -122,7 +123,13 @@ static void test_realloc(void) {
   /* to 64 KiB or less: into the Pool */
   char *p = realloc(hi, 1000);
   CHECK(p && malloc_usable_size(p) < 2000, "shrunk to 1000 B: usable %zu", malloc_usable_size(p));
-  free(p);
+  /* a Pool block moved by realloc to more than 64 KiB goes to a pack */
+  memset(p, 5, 1000);
+  char *r = realloc(p, 100 * KiB);
+  CHECK(r && malloc_usable_size(r) == 100 * KiB, "a Pool block realloc'd to 100 KiB: usable %zu (a Pool class?)",
+        malloc_usable_size(r));
+  for (size_t i = 0; i < 1000; i++) CHECK(r[i] == 5, "content lost at %zu", i);
+  free(r);
 }
 
 static void test_purge(void) {
@@ -167,6 +174,10 @@ static void test_off(void) {
         malloc_usable_size(a), (void *)a, (void *)b);
   free(a);
   free(b);
+  char *p = realloc(malloc(1000), 100 * KiB);
+  CHECK(p && malloc_usable_size(p) != 100 * KiB && malloc_usable_size(p) < SS_SIZE,
+        "packs off: realloc to 100 KiB not in the Pool (usable %zu)", malloc_usable_size(p));
+  free(p);
 }
 
 int main(int argc, char **argv) {
