@@ -383,6 +383,10 @@ HM_HIDDEN void *hm_os_map(size_t len);
 HM_HIDDEN void hm_os_unmap(void *p, size_t len);
 HM_HIDDEN int hm_os_purge(void *p, size_t len);
 HM_HIDDEN void *hm_os_remap(void *p, size_t old_len, size_t new_len, bool may_move);
+/* Move the pages of [p, p+len) to a new mapping, leaving [p, p+len) mapped
+ * and empty (it reads zeros); NULL if the OS refused (MREMAP_DONTUNMAP,
+ * Linux 5.7). */
+HM_HIDDEN void *hm_os_move_pages(void *p, size_t len);
 HM_HIDDEN void hm_backend_fork_prepare(void);
 HM_HIDDEN void hm_backend_fork_parent(void);
 HM_HIDDEN void hm_backend_fork_child(void);
@@ -465,6 +469,7 @@ HM_HIDDEN size_t hm_pack_usable(const void *p);          /* 0: not a live block'
 HM_HIDDEN bool hm_pack_is_freed(const void *p);
 HM_HIDDEN size_t hm_pack_free(void *p);                  /* its bytes; 0: not a live block's start */
 HM_HIDDEN bool hm_pack_resize(void *p, size_t n);        /* in place (n <= HM_PACK_MAX) */
+HM_HIDDEN void hm_pack_free_moved(void *p);              /* free a block whose pages were moved away */
 /* Free pages idle for min_idle_ns given back (madvise), at most about
  * budget bytes; *next_due lowered as hm_large_purge does. */
 HM_HIDDEN size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due);

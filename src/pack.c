@@ -50,8 +50,8 @@ _Static_assert(sizeof(pack_t) <= PAGE_SIZE_, "the header fits the pack's first p
 
 static pthread_mutex_t pack_lock = PTHREAD_MUTEX_INITIALIZER;
 static pack_t *packs[PACK_SLOTS];       /* by address */
-static uint16_t longest[PACK_SLOTS];    /* = the longest free run of packs[i] */
 static unsigned npacks;
+static uint16_t longest[PACK_SLOTS];    /* = the longest free run of packs[i] */
 static _Atomic size_t clean_free;       /* free pages not resident (bytes; hakmem's estimate) */
 static uint64_t last_alloc_ns;          /* the last block handed out (hm_pack_purge) */
 
@@ -233,8 +233,9 @@ void *hm_pack_alloc(size_t n, bool zero) {
       hm_large_chunk_give(fresh);
       return NULL; /* the caller maps a span */
     }
-    for (unsigned i = 0; i < npacks; i++) {
-      if (longest[i] < k) continue;
+    unsigned i = 0;
+    while (i < npacks && longest[i] < k) i++; /* the lowest pack that fits */
+    if (i < npacks) {
       pack_t *p = packs[i];
       unsigned run, s = best_fit(p, k, &run);
       HM_ASSERT(s != 0 && longest[i] == longest_run(p));
@@ -325,6 +326,17 @@ size_t hm_pack_free(void *p) {
   if (hm_purge_mode == PURGE_OFF) hm_purge_count_disabled();
   else hm_purge_note_idle(now);
   return (size_t)k * PAGE_SIZE_;
+}
+
+void hm_pack_free_moved(void *p) {
+  pack_t *pk = pack_of(p);
+  pthread_mutex_lock(&pack_lock);
+  unsigned s = block_page(pk, p);
+  if (s != 0) {
+    bits_put(pk->dirty, s, pk->pages[s], false); /* its pages moved away: the range reads zeros */
+    release_block(pk, s);
+  }
+  pthread_mutex_unlock(&pack_lock);
 }
 
 bool hm_pack_resize(void *p, size_t n) {
@@ -475,6 +487,7 @@ size_t hm_pack_usable(const void *p) { (void)p; return 0; }
 bool hm_pack_is_freed(const void *p) { (void)p; return false; }
 size_t hm_pack_free(void *p) { (void)p; return 0; }
 bool hm_pack_resize(void *p, size_t n) { (void)p, (void)n; return false; }
+void hm_pack_free_moved(void *p) { (void)p; }
 size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due) {
   (void)now, (void)min_idle_ns, (void)budget, (void)next_due;
   return 0;

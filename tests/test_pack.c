@@ -12,6 +12,8 @@
  *   purge     free pages idle long enough are given back (madvise), the
  *             pack stays mapped; malloc_trim gives back all free pages
  *             and unmaps empty packs
+ *   window    after many blocks grown by realloc, new blocks take spans;
+ *             after many kept at their size, packs again
  *   off       HAKMEM_LARGE_PACK=0: a block takes a 2 MiB span
  */
 #define _GNU_SOURCE
@@ -166,6 +168,30 @@ static void test_purge(void) {
         (size_t)(s1.munmap_calls - s0.munmap_calls));
 }
 
+/* Blocks take spans (where realloc grows them without a copy) for a
+ * window of 256 large allocations after one with more than 1 realloc
+ * within the lane for 8 of them; blocks that keep their size are packed
+ * again. */
+static void test_window(void) {
+  malloc_trim(0);
+  for (int i = 0; i < 600; i++) {
+    char *p = tc_escape(malloc(tc_opaque(300 * KiB)));
+    CHECK(p, "malloc");
+    p = tc_escape(realloc(p, tc_opaque(500 * KiB)));
+    CHECK(p, "realloc");
+    free(p);
+  }
+  char *a = malloc(300 * KiB);
+  CHECK(a && malloc_usable_size(a) == SS_SIZE, "after 600 growing blocks: usable %zu, a span expected",
+        malloc_usable_size(a));
+  free(a);
+  for (int i = 0; i < 600; i++) free(tc_escape(malloc(tc_opaque(300 * KiB))));
+  a = malloc(300 * KiB);
+  CHECK(a && malloc_usable_size(a) == 300 * KiB, "after 600 blocks kept their size: usable %zu, packed expected",
+        malloc_usable_size(a));
+  free(a);
+}
+
 static void test_off(void) {
   const char *v = getenv("HAKMEM_LARGE_PACK");
   if (v == NULL || strcmp(v, "0") != 0) FAILF("run with HAKMEM_LARGE_PACK=0");
@@ -186,7 +212,8 @@ int main(int argc, char **argv) {
   const struct {
     const char *name;
     void (*fn)(void);
-  } parts[] = {{"layout", test_layout}, {"realloc", test_realloc}, {"purge", test_purge}, {"off", test_off}};
+  } parts[] = {{"layout", test_layout}, {"realloc", test_realloc}, {"purge", test_purge}, {"window", test_window},
+                 {"off", test_off}};
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
     if (argc > 1 && strcmp(argv[1], parts[i].name) != 0) continue;
     if (argc == 1 && strcmp(parts[i].name, "off") == 0) continue;
