@@ -781,7 +781,11 @@ void *hm_large_alloc(size_t n, size_t align) {
   if (hm_force_libc) return align > 16 ? __libc_memalign(align, n) : __libc_malloc(n);
   bool fresh;
   void *p = pack_alloc(n, align, false);
-  if (p == NULL) p = ace_alloc(n, align, &fresh);
+  if (p != NULL) {
+    hm_stats_large(1, page_round(n), page_round(n)); /* (a packed block's usable size) */
+    return p;
+  }
+  p = ace_alloc(n, align, &fresh);
   if (p != NULL) count_block(1, p);
   return p;
 }
@@ -802,15 +806,19 @@ void *hm_large_calloc(size_t n) {
 static void large_free(void *p);
 
 void hm_large_free(void *p) {
-  count_block(-1, p);
   if (packed(p)) {
-    if (hm_pack_free(p) != 0) return;
+    size_t u = hm_pack_free(p);
+    if (u != 0) {
+      hm_stats_large(-1, u, u);
+      return;
+    }
     if (hm_pack_is_freed(p))
       hm_report_double(p, HM_OP_FREE, "large block already freed");
     else
       hm_report_invalid(p, HM_OP_FREE, "inside a large block, not its start");
     return; /* HAKMEM_ON_ERROR=warn: left alone */
   }
+  count_block(-1, p);
   large_free(p);
 }
 
@@ -1079,11 +1087,13 @@ static void *pack_move_out(void *p, size_t old, size_t n) {
 
 /* A packed block: resized in place within its pack (shrinking frees the
  * tail pages; growing takes the free pages after it), else moved (copied:
- * at most HM_PACK_MAX bytes) to a span of its own, where it can grow again
- * without a copy (in place, into cached neighbours, or by mremap); its
- * pages are moved, not copied, where the OS can (pack_move_out):
- * bench_mid_large, whose blocks grow 1.25-2x at a time, ran at 204k ops/s
- * with copies to other packs, 550k with spans before the packs. */
+ * at most HM_PACK_MAX bytes) to another pack, or, while the lane's blocks
+ * are resized often (the window above), to a span of its own, where it
+ * can grow again without a copy (in place, into cached neighbours, or by
+ * mremap); its pages are moved, not copied, where the OS can
+ * (pack_move_out): bench_mid_large, whose blocks grow 1.25-2x at a time,
+ * ran at 204k ops/s with copies to other packs, 550k with spans before
+ * the packs. */
 static void *pack_realloc(void *p, size_t n) {
   size_t old = hm_pack_usable(p);
   if (old == 0) hm_fatal("invalid realloc", p, "not the start of a large block");
@@ -1095,12 +1105,20 @@ static void *pack_realloc(void *p, size_t n) {
     if (done) return p;
   }
   if (n > ACE_LIMIT - PAGE_SIZE_) return fail("Threshold", n, 0, ENOMEM);
-  void *q = pack_move_out(p, old, n);
-  if (q != NULL) return q;
-  bool fresh;
-  q = ace_alloc(n, 0, &fresh);
-  if (q == NULL) return NULL;
-  count_block(1, q);
+  /* While blocks are packed (few reallocs in the lane), another pack: a
+   * span reused for blocks of many sizes keeps the pages of the largest
+   * (bench_soak's RSS rose 17% from 12-21 s to 51-60 s with these moves
+   * going to spans) */
+  void *q = NULL;
+  if (n <= HM_PACK_MAX && !atomic_load_explicit(&window_spans, memory_order_relaxed) &&
+      (q = hm_pack_alloc(n, false)) != NULL)
+    hm_stats_large(1, page_round(n), page_round(n));
+  if (q == NULL && (q = pack_move_out(p, old, n)) != NULL) return q;
+  if (q == NULL) {
+    bool fresh;
+    if ((q = ace_alloc(n, 0, &fresh)) == NULL) return NULL;
+    count_block(1, q);
+  }
   memcpy(q, p, old < n ? old : n);
   hm_large_free(p);
   return q;

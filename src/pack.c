@@ -95,6 +95,17 @@ static unsigned bits_next(const uint64_t *m, unsigned i, bool v) {
   return PACK_PAGES;
 }
 
+/* The last bit before i that is set (page 0, the header, always is). */
+static unsigned bits_prev_set(const uint64_t *m, unsigned i) {
+  while (i != 0) {
+    unsigned w = (i - 1) >> 6, o = (i - 1) & 63;
+    uint64_t x = m[w] & (o == 63 ? ~(uint64_t)0 : (((uint64_t)2 << o) - 1));
+    if (x != 0) return (w << 6) + 63 - (unsigned)__builtin_clzll(x);
+    i = w << 6;
+  }
+  return 0;
+}
+
 /* ---- one pack (lock held) ---------------------------------------------------- */
 
 static char *page_addr(pack_t *p, unsigned i) { return (char *)p + ((size_t)i * PAGE_SIZE_); }
@@ -155,8 +166,7 @@ static unsigned slot_of(const pack_t *p) {
 /* p's longest free run after a block left the run of free pages around
  * page s (only that run can have grown). */
 static void refresh_freed(pack_t *p, unsigned s) {
-  unsigned a = s, e = bits_next(p->used, s, true);
-  while (a > 1 && !bit(p->used, a - 1)) a--;
+  unsigned a = bits_prev_set(p->used, s) + 1, e = bits_next(p->used, s, true);
   if (e - a > longest[p->slot]) longest[p->slot] = (uint16_t)(e - a);
 }
 
