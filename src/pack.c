@@ -42,6 +42,7 @@ typedef struct pack {
   uint64_t start[PACK_WORDS];  /* first pages of live blocks */
   uint64_t freed[PACK_WORDS];  /* first pages of blocks freed since (a second free is a double free) */
   uint64_t purged_ns;          /* when a purge last gave pages of it back (regret) */
+  uint64_t empty_ns;           /* since when it holds no block (0: it holds one) */
   uint32_t free_pages;
   uint32_t slot;               /* its index in packs[] */
   uint16_t pages[PACK_PAGES];  /* a live block's length in pages, at its first page */
@@ -151,6 +152,7 @@ static void give_pages(pack_t *p, unsigned s, unsigned k) {
   atomic_fetch_add_explicit(&clean_free, clean * PAGE_SIZE_, memory_order_relaxed);
   bits_put(p->used, s, k, false);
   p->free_pages += k;
+  if (p->free_pages == PACK_PAGES - 1 && p->empty_ns == 0) p->empty_ns = hm_now_ns();
 }
 
 static unsigned slot_of(const pack_t *p) {
@@ -190,6 +192,7 @@ static bool place(pack_t *p, unsigned s, unsigned k, unsigned run, uint64_t now)
   bits_put(p->start, s, 1, true);
   bits_put(p->freed, s, k, false);
   p->pages[s] = (uint16_t)k;
+  p->empty_ns = 0;
   if (dirty < k && p->purged_ns != 0) hm_purge_regret(p->purged_ns, now); /* faults again */
   refresh_taken(p, run);
   return dirty == 0;
@@ -385,11 +388,19 @@ typedef struct run {
 } run_t;
 
 /* Runs of free, dirty pages, at most budget bytes and PURGE_BATCH runs,
- * taken (marked used) into out. Lock held. */
-static unsigned claim_runs(uint64_t now, size_t *budget, uint64_t *next_due, run_t *out) {
+ * taken (marked used) into out; with empty_idle_ns, only in packs that
+ * have held no block for that long. Lock held. */
+static unsigned claim_runs(uint64_t now, uint64_t empty_idle_ns, size_t *budget, uint64_t *next_due, run_t *out) {
   unsigned n = 0;
   for (unsigned i = 0; i < npacks; i++) {
     pack_t *pk = packs[i];
+    if (empty_idle_ns != 0) {
+      if (pk->empty_ns == 0 || bits_count(pk->dirty, 1, PACK_PAGES - 1) == 0) continue;
+      if (pk->empty_ns + empty_idle_ns > now) {
+        if (pk->empty_ns + empty_idle_ns < *next_due) *next_due = pk->empty_ns + empty_idle_ns;
+        continue;
+      }
+    }
     uint64_t cand[PACK_WORDS];
     bool any = false;
     for (unsigned w = 0; w < PACK_WORDS; w++) any |= (cand[w] = pk->dirty[w] & ~pk->used[w]) != 0;
@@ -434,17 +445,22 @@ size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t
   run_t runs[PURGE_BATCH];
   for (;;) {
     pthread_mutex_lock(&pack_lock);
-    /* As for cached spans (hm_large_purge): an idle purge waits until no
-     * block was asked for that long either. A random working set of
-     * large blocks leaves the free pages of its deepest troughs idle for
-     * a second now and then, and wants them again (the syscall budget
-     * with blocks up to 1 MiB: madvise calls in steady state otherwise). */
+    /* As for cached spans (hm_large_purge): an idle purge of all free
+     * pages waits until no block was asked for that long either. A random
+     * working set of large blocks leaves the free pages of its deepest
+     * troughs idle for a second now and then, and wants them again (the
+     * syscall budget with blocks up to 1 MiB: madvise calls in steady
+     * state otherwise). Meanwhile only packs that have held no block for
+     * that long are given back: busy blocks crowd into the low packs, so
+     * the high ones empty out after a peak of the working set
+     * (bench_soak: otherwise each new peak left a pack's worth of pages
+     * resident for good). */
+    uint64_t empty_idle = 0;
     if (min_idle_ns != 0 && last_alloc_ns + min_idle_ns > now) {
       if (last_alloc_ns + min_idle_ns < *next_due && npacks != 0) *next_due = last_alloc_ns + min_idle_ns;
-      pthread_mutex_unlock(&pack_lock);
-      break;
+      empty_idle = min_idle_ns;
     }
-    unsigned n = claim_runs(now, &budget, next_due, runs);
+    unsigned n = claim_runs(now, empty_idle, &budget, next_due, runs);
     pthread_mutex_unlock(&pack_lock);
     if (n == 0) break;
     bytes += purge_runs(runs, n, now);
