@@ -1,6 +1,9 @@
 /* ACE, the large lane: blocks above the Pool limit (SMALL_MAX), each the
- * whole of a span mapped from the OS. Freed spans are kept in a cache and
- * reused, so a steady workload makes no system calls.
+ * whole of a span mapped from the OS, except blocks up to HM_PACK_MAX,
+ * which pack.c packs into one-chunk spans taken from here (while the
+ * program does not resize its large blocks often: pack_alloc). Freed
+ * spans are kept in a cache and reused, so a steady workload makes no
+ * system calls.
  *
  * Spans: a span is a multiple of 2 MiB long and its block starts at its
  * base (no header), so a 4 MiB block is exactly two chunks and any span
@@ -14,8 +17,9 @@
  * to look it up, so a shared chunk is harmless.
  *
  * Registry bytes (registry.c): HEAD where a span starts, TAIL where spans
- * only pass through; free() takes HEAD or TAIL to this file, which accepts
- * only the base of a live span.
+ * only pass through, PACK for a pack's chunk; free() takes HEAD or TAIL to
+ * this file, which accepts only the base of a live span, and PACK to
+ * pack.c.
  *
  * The cache: one list of free spans per length in chunks (1..ACE_BUCKETS),
  * newest first. A request takes the newest span of its length, else splits
