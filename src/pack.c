@@ -35,6 +35,7 @@
 #define PACK_WORDS (PACK_PAGES / 64)
 #define PACK_SLOTS 4096                     /* packs at most (8 GiB); then spans */
 #define PURGE_BATCH 64                      /* runs given back per step and lock hold */
+#define EMPTY_IDLE_FACTOR 8                 /* an empty pack's idle time, in purge idle times */
 
 typedef struct pack {
   uint64_t used[PACK_WORDS];   /* pages in blocks (page 0: the header), or being purged */
@@ -61,7 +62,13 @@ static uint64_t last_alloc_ns;          /* the last block handed out (hm_pack_pu
 static bool bit(const uint64_t *m, unsigned i) { return (m[i >> 6] >> (i & 63)) & 1u; }
 
 /* Set (v) or clear bits [s, s+n). */
-static void bits_put(uint64_t *m, unsigned s, unsigned n, bool v) {
+static inline void bits_put(uint64_t *m, unsigned s, unsigned n, bool v) {
+  if ((s & 63) + n <= 64 && n != 0) { /* one word: the commonest case (a bit, a short run) */
+    uint64_t mask = (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << (s & 63);
+    if (v) m[s >> 6] |= mask;
+    else m[s >> 6] &= ~mask;
+    return;
+  }
   while (n != 0) {
     unsigned o = s & 63, k = 64 - o < n ? 64 - o : n;
     uint64_t mask = (k == 64 ? ~(uint64_t)0 : (((uint64_t)1 << k) - 1)) << o;
@@ -73,7 +80,7 @@ static void bits_put(uint64_t *m, unsigned s, unsigned n, bool v) {
 }
 
 /* Bits set in [s, s+n). */
-static unsigned bits_count(const uint64_t *m, unsigned s, unsigned n) {
+static inline unsigned bits_count(const uint64_t *m, unsigned s, unsigned n) {
   unsigned c = 0;
   while (n != 0) {
     unsigned o = s & 63, k = 64 - o < n ? 64 - o : n;
@@ -139,17 +146,18 @@ static unsigned best_fit(const pack_t *p, unsigned k, unsigned *run) {
 }
 
 /* Pages [s, s+k) of p leave the free pages (a block, or a run to purge). */
-static void take_pages(pack_t *p, unsigned s, unsigned k) {
-  size_t clean = k - bits_count(p->dirty, s, k);
-  atomic_fetch_sub_explicit(&clean_free, clean * PAGE_SIZE_, memory_order_relaxed);
+static unsigned take_pages(pack_t *p, unsigned s, unsigned k) {
+  unsigned dirty = bits_count(p->dirty, s, k);
+  if (dirty != k) atomic_fetch_sub_explicit(&clean_free, (size_t)(k - dirty) * PAGE_SIZE_, memory_order_relaxed);
   bits_put(p->used, s, k, true);
   p->free_pages -= k;
+  return dirty; /* of the k pages, those that may be resident */
 }
 
 /* Pages [s, s+k) of p become free. */
 static void give_pages(pack_t *p, unsigned s, unsigned k) {
-  size_t clean = k - bits_count(p->dirty, s, k);
-  atomic_fetch_add_explicit(&clean_free, clean * PAGE_SIZE_, memory_order_relaxed);
+  unsigned dirty = bits_count(p->dirty, s, k);
+  if (dirty != k) atomic_fetch_add_explicit(&clean_free, (size_t)(k - dirty) * PAGE_SIZE_, memory_order_relaxed);
   bits_put(p->used, s, k, false);
   p->free_pages += k;
   if (p->free_pages == PACK_PAGES - 1 && p->empty_ns == 0) p->empty_ns = hm_now_ns();
@@ -186,10 +194,9 @@ static void renumber(unsigned i) {
 /* A block of k pages at page s of p. Returns whether its pages were all
  * clean (read as zeros). */
 static bool place(pack_t *p, unsigned s, unsigned k, unsigned run, uint64_t now) {
-  unsigned dirty = bits_count(p->dirty, s, k);
-  take_pages(p, s, k);
-  bits_put(p->dirty, s, k, true);
-  bits_put(p->start, s, 1, true);
+  unsigned dirty = take_pages(p, s, k);
+  if (dirty != k) bits_put(p->dirty, s, k, true);
+  p->start[s >> 6] |= (uint64_t)1 << (s & 63);
   bits_put(p->freed, s, k, false);
   p->pages[s] = (uint16_t)k;
   p->empty_ns = 0;
@@ -367,9 +374,8 @@ bool hm_pack_resize(void *p, size_t n) {
     unsigned end = bits_next(pk->used, s + old, true);
     done = end >= s + k; /* (end <= PACK_PAGES) */
     if (done) {
-      unsigned dirty = bits_count(pk->dirty, s + old, k - old);
-      take_pages(pk, s + old, k - old);
-      bits_put(pk->dirty, s + old, k - old, true);
+      unsigned dirty = take_pages(pk, s + old, k - old);
+      if (dirty != k - old) bits_put(pk->dirty, s + old, k - old, true);
       bits_put(pk->freed, s + old, k - old, false);
       pk->pages[s] = (uint16_t)k;
       if (dirty < k - old && pk->purged_ns != 0) hm_purge_regret(pk->purged_ns, now);
@@ -451,14 +457,16 @@ size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t
      * troughs idle for a second now and then, and wants them again (the
      * syscall budget with blocks up to 1 MiB: madvise calls in steady
      * state otherwise). Meanwhile only packs that have held no block for
-     * that long are given back: busy blocks crowd into the low packs, so
+     * EMPTY_IDLE_FACTOR times as long are given back (at 1 s, the syscall
+     * budget with blocks up to 4 MiB, run slowly by the debug build under
+     * load, saw a madvise now and then): busy blocks crowd into the low packs, so
      * the high ones empty out after a peak of the working set
      * (bench_soak: otherwise each new peak left a pack's worth of pages
      * resident for good). */
     uint64_t empty_idle = 0;
     if (min_idle_ns != 0 && last_alloc_ns + min_idle_ns > now) {
       if (last_alloc_ns + min_idle_ns < *next_due && npacks != 0) *next_due = last_alloc_ns + min_idle_ns;
-      empty_idle = min_idle_ns;
+      empty_idle = EMPTY_IDLE_FACTOR * min_idle_ns;
     }
     unsigned n = claim_runs(now, empty_idle, &budget, next_due, runs);
     pthread_mutex_unlock(&pack_lock);
