@@ -162,6 +162,17 @@ size_t hm_os_resident_estimate(void) {
   return c > p + untouched ? c - p - untouched : 0;
 }
 
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4
+#endif
+void *hm_os_move_pages(void *p, size_t len) {
+  void *q = mremap(p, len, len, MREMAP_MAYMOVE | MREMAP_DONTUNMAP);
+  if (q == MAP_FAILED) return NULL;
+  atomic_fetch_add_explicit(&n_mremap, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&committed, len, memory_order_relaxed); /* the old range stays mapped */
+  return q;
+}
+
 /* Resize a mapping, moving it if may_move; NULL if the OS refused. */
 void *hm_os_remap(void *p, size_t old_len, size_t new_len, bool may_move) {
   void *q = mremap(p, old_len, new_len, may_move ? MREMAP_MAYMOVE : 0);

@@ -60,7 +60,9 @@ enum { KIND_SMALL = 0, KIND_MEDIUM = 1, KIND_BIG = 2, NUM_KINDS = 3 };
  * have been given back to the OS, so nothing may read it). */
 /* REG_LARGE_FREED: a large block started in the chunk and went back to the
  * OS, so a second free can say "double free" (until the chunk is reused). */
-enum { REG_NONE = 0, REG_SS = 1, REG_LARGE_HEAD = 2, REG_LARGE_TAIL = 3, REG_SS_CACHED = 4, REG_LARGE_FREED = 5 };
+/* REG_LARGE_PACK: a 2 MiB chunk of packed large blocks (pack.c). */
+enum { REG_NONE = 0, REG_SS = 1, REG_LARGE_HEAD = 2, REG_LARGE_TAIL = 3, REG_SS_CACHED = 4, REG_LARGE_FREED = 5,
+       REG_LARGE_PACK = 6 };
 extern HM_HIDDEN uint8_t hm_registry[REG_ENTRIES];
 
 /* Relaxed atomics (plain moves on x86): a chunk unmapped by one thread can be
@@ -408,6 +410,10 @@ HM_HIDDEN void *hm_os_map(size_t len);
 HM_HIDDEN void hm_os_unmap(void *p, size_t len);
 HM_HIDDEN int hm_os_purge(void *p, size_t len);
 HM_HIDDEN void *hm_os_remap(void *p, size_t old_len, size_t new_len, bool may_move);
+/* Move the pages of [p, p+len) to a new mapping, leaving [p, p+len) mapped
+ * and empty (it reads zeros); NULL if the OS refused (MREMAP_DONTUNMAP,
+ * Linux 5.7). */
+HM_HIDDEN void *hm_os_move_pages(void *p, size_t len);
 HM_HIDDEN void hm_backend_fork_prepare(void);
 HM_HIDDEN void hm_backend_fork_parent(void);
 HM_HIDDEN void hm_backend_fork_child(void);
@@ -433,11 +439,12 @@ HM_HIDDEN void hm_ss_in_use(superslab_t *ss, size_t in_use[2]);
 /* The report's resident breakdown (mincore): bytes resident in [p, p+len);
  * of the cached empty SuperSlabs; of a SuperSlab's slabs in use (by kind,
  * res[kind]) and unused (res[NUM_KINDS], header included); of the large
- * lane's spans in use (res[0]) and cached (res[1]). */
+ * lane's spans in use (res[0]) and cached (res[1]) and of its packs
+ * (res[2]). */
 HM_HIDDEN size_t hm_os_resident(const void *p, size_t len);
 HM_HIDDEN size_t hm_backend_cached_resident_now(void);
 HM_HIDDEN void hm_ss_resident(superslab_t *ss, size_t res[NUM_KINDS + 1]);
-HM_HIDDEN void hm_large_resident(size_t res[2]);
+HM_HIDDEN void hm_large_resident(size_t res[3]);
 /* Empty SuperSlabs idle for delay_ns are given back with madvise, oldest
  * first, at most `budget` bytes; *next_due is lowered to when the next one
  * becomes due (now if the budget ran out). Returns the bytes given back. */
@@ -472,8 +479,33 @@ HM_HIDDEN size_t hm_large_release(uint64_t min_idle_ns);
  * mapped and cached. *next_due is lowered to when the next one becomes due
  * (now if the budget ran out). Returns the bytes given back. */
 HM_HIDDEN size_t hm_large_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due);
-/* Cached spans' bytes that are not resident. */
+/* Cached spans' bytes that are not resident (and the free pages of packs
+ * that are not). */
 HM_HIDDEN size_t hm_large_cached_clean(void);
+/* A 2 MiB-aligned one-chunk span for a pack (*fresh: never used, reads
+ * zero), or NULL; and one given back to the cache. */
+HM_HIDDEN void *hm_large_chunk_take(bool *fresh);
+HM_HIDDEN void hm_large_chunk_give(void *chunk);
+/* pack.c: large blocks up to HM_PACK_MAX packed at page granularity into
+ * 2 MiB chunks (not in secure mode). The lane (ace.c) calls these for
+ * blocks in REG_LARGE_PACK chunks. */
+#define HM_PACK_MAX ((size_t)1 << 20)
+HM_HIDDEN bool hm_pack_enabled(void);
+HM_HIDDEN void *hm_pack_alloc(size_t n, bool zero);     /* NULL: use a span */
+HM_HIDDEN size_t hm_pack_usable(const void *p);          /* 0: not a live block's start */
+HM_HIDDEN bool hm_pack_is_freed(const void *p);
+HM_HIDDEN size_t hm_pack_free(void *p);                  /* its bytes; 0: not a live block's start */
+HM_HIDDEN bool hm_pack_resize(void *p, size_t n);        /* in place (n <= HM_PACK_MAX) */
+HM_HIDDEN void hm_pack_free_moved(void *p);              /* free a block whose pages were moved away */
+/* Free pages idle for min_idle_ns given back (madvise), at most about
+ * budget bytes; *next_due lowered as hm_large_purge does. */
+HM_HIDDEN size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due);
+HM_HIDDEN size_t hm_pack_release(void);                  /* malloc_trim: all free pages, empty packs */
+HM_HIDDEN size_t hm_pack_clean(void);                    /* free pages not resident, bytes */
+HM_HIDDEN void hm_pack_resident(size_t *res);            /* the report: packs' resident bytes */
+HM_HIDDEN void hm_pack_fork_prepare(void);
+HM_HIDDEN void hm_pack_fork_parent(void);
+HM_HIDDEN void hm_pack_fork_child(void);
 /* purge.c: giving unused memory back (docs/DESIGN.md, "Memory given back") */
 enum { PURGE_LAZY = 0, PURGE_EAGER = 1, PURGE_OFF = 2 };
 extern HM_HIDDEN int hm_purge_mode;

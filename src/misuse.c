@@ -151,7 +151,8 @@ size_t hm_usable_checked(void *p, int op) {
     case REG_SS:
       return ss_block_live(p, op) ? hm_slab_of(hm_ss_of(p), p)->block_size : 0;
     case REG_LARGE_HEAD:
-    case REG_LARGE_TAIL: {
+    case REG_LARGE_TAIL:
+    case REG_LARGE_PACK: {
       size_t u = hm_large_usable(p);
       if (u == 0 && hm_large_is_freed(p))
         hm_report_double(p, op, "large block already freed");

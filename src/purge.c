@@ -289,9 +289,14 @@ static size_t purge_step(uint64_t now, uint64_t delay_ns, size_t budget) {
   backoff_decay(now);
   uint64_t next = UINT64_MAX;
   size_t bytes = 0;
-  if (hm_purge_mode == PURGE_LAZY) { /* only what exceeds the reserve */
+  if (hm_purge_mode == PURGE_LAZY) {
+    /* Only once unused memory exceeds twice the reserve, and then down to
+     * the reserve: the Pool's empty SuperSlabs come and go by a few MiB in
+     * steady state (the syscall budget with blocks up to 1 MiB, packed:
+     * unused 7-8.4 MiB against a reserve of 6.4), which a bound of one
+     * reserve turned into madvise calls now and then. */
     size_t unused = hm_purge_unused_resident(), keep = reserve();
-    budget = unused > keep ? (unused - keep < budget ? unused - keep : budget) : 0;
+    budget = unused > 2 * keep ? (unused - keep < budget ? unused - keep : budget) : 0;
   }
   if (budget != 0) {
     bytes = hm_backend_purge_cached(now, delay_ns, budget, &next);
@@ -303,6 +308,10 @@ static size_t purge_step(uint64_t now, uint64_t delay_ns, size_t budget) {
    * served no request for as long (hm_large_purge). */
   uint64_t large_idle = hm_purge_mode == PURGE_LAZY && delay_ns < LARGE_IDLE_NS ? LARGE_IDLE_NS : delay_ns;
   bytes += hm_large_purge(now, large_idle, STEP_BUDGET, &next);
+  /* Packed large blocks' free pages: after the same least idle time, but
+   * while the lane is busy too (the pack crowds busy blocks into its low
+   * chunks, so what idles is what the working set's peaks left behind). */
+  bytes += hm_pack_purge(now, large_idle, STEP_BUDGET, &next);
   uint64_t cur = atomic_load(&hm_purge_due_ns);
   while (next < cur && !atomic_compare_exchange_weak(&hm_purge_due_ns, &cur, next)) {
   }
@@ -330,6 +339,7 @@ static void purge_to_limit(uint64_t now) {
     size_t got = hm_backend_purge_cached(now, 0, want, &next);
     if (got < want) got += purge_slabs(now, 0, want - got, &next);
     if (got < want) got += hm_large_purge(now, 0, want - got, &next);
+    if (got < want) got += hm_pack_purge(now, 0, want - got, &next);
     if (got == 0) break;
   }
 }

@@ -207,7 +207,7 @@ static void put_mib(struct sink *o, const char *label, size_t bytes) {
 
 /* Where the resident memory is (mincore; the report only). */
 static void resident_line(struct sink *o) {
-  size_t ss[NUM_KINDS + 1] = {0}, large[2] = {0};
+  size_t ss[NUM_KINDS + 1] = {0}, large[3] = {0};
   hm_backend_walk_ss(add_resident, ss);
   hm_large_resident(large);
   put_mib(o, "resident: slabs in use: small ", ss[KIND_SMALL]);
@@ -217,6 +217,7 @@ static void resident_line(struct sink *o) {
   put_mib(o, "; empty SuperSlabs ", hm_backend_cached_resident_now());
   put_mib(o, "; large spans in use ", large[0]);
   put_mib(o, ", cached ", large[1]);
+  put_mib(o, ", packs ", large[2]);
   put(o, "\n");
 }
 

@@ -1,0 +1,536 @@
+/* Packed large blocks: blocks above the Pool limit up to PACK_MAX, several
+ * to a 2 MiB chunk at page granularity, so that the large lane's resident
+ * memory follows its live blocks instead of costing a 2 MiB span each
+ * (docs/DESIGN.md, "Large lane").
+ *
+ * A pack is one 2 MiB-aligned chunk taken from the large lane's span cache
+ * (ace.c) and marked REG_LARGE_PACK in the registry. Its first page is the
+ * header (below); blocks take runs of the other 511 pages. Allocation takes
+ * the lowest pack with a long enough free run, and in it the shortest such
+ * run (free runs coalesce by construction: they are the clear bits of
+ * `used`), so the busy blocks crowd into the low packs and the pages of the
+ * high ones, wanted only at the working set's peaks, stay free and idle.
+ *
+ * Each page knows whether it may be resident (`dirty`: a block was handed
+ * out over it since the pack was mapped or purged). Once the packs have
+ * handed out no block for the purge's idle time, a purge step
+ * (hm_pack_purge, from purge.c) gives back their free dirty pages, a run
+ * at a time; malloc_trim gives back every free page and the empty packs. A block over purged pages that were
+ * given back recently counts as regret (purge.c's backoff).
+ *
+ * Locking: one mutex, a leaf lock; packs are taken from and given back to
+ * the span cache with it dropped, and madvise runs with it dropped over
+ * runs marked used meanwhile (nobody allocates, frees or purges them).
+ *
+ * Secure mode keeps one block per span (guard pages at span ends): the
+ * pack is not built there. */
+#include <pthread.h>
+#include <string.h>
+
+#include "internal.h"
+
+#if HM_GUARD_SIZE == 0
+
+#define PACK_PAGES (SS_SIZE / PAGE_SIZE_)   /* 512; page 0 is the header */
+#define PACK_WORDS (PACK_PAGES / 64)
+#define PACK_SLOTS 4096                     /* packs at most (8 GiB); then spans */
+#define PURGE_BATCH 64                      /* runs given back per step and lock hold */
+#define EMPTY_IDLE_FACTOR 8                 /* an empty pack's idle time, in purge idle times */
+
+typedef struct pack {
+  uint64_t used[PACK_WORDS];   /* pages in blocks (page 0: the header), or being purged */
+  uint64_t dirty[PACK_WORDS];  /* pages that may be resident */
+  uint64_t start[PACK_WORDS];  /* first pages of live blocks */
+  uint64_t freed[PACK_WORDS];  /* first pages of blocks freed since (a second free is a double free) */
+  uint64_t purged_ns;          /* when a purge last gave pages of it back (regret) */
+  uint64_t empty_ns;           /* since when it holds no block (0: it holds one) */
+  uint32_t free_pages;
+  uint32_t slot;               /* its index in packs[] */
+  uint16_t pages[PACK_PAGES];  /* a live block's length in pages, at its first page */
+} pack_t;
+_Static_assert(sizeof(pack_t) <= PAGE_SIZE_, "the header fits the pack's first page");
+
+static pthread_mutex_t pack_lock = PTHREAD_MUTEX_INITIALIZER;
+static pack_t *packs[PACK_SLOTS];       /* by address */
+static unsigned npacks;
+static uint16_t longest[PACK_SLOTS];    /* = the longest free run of packs[i] */
+static _Atomic size_t clean_free;       /* free pages not resident (bytes; hakmem's estimate) */
+static uint64_t last_alloc_ns;          /* the last block handed out (hm_pack_purge) */
+
+/* ---- bitmaps of PACK_PAGES bits ----------------------------------------- */
+
+static bool bit(const uint64_t *m, unsigned i) { return (m[i >> 6] >> (i & 63)) & 1u; }
+
+/* Set (v) or clear bits [s, s+n). */
+static inline void bits_put(uint64_t *m, unsigned s, unsigned n, bool v) {
+  if ((s & 63) + n <= 64 && n != 0) { /* one word: the commonest case (a bit, a short run) */
+    uint64_t mask = (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << (s & 63);
+    if (v) m[s >> 6] |= mask;
+    else m[s >> 6] &= ~mask;
+    return;
+  }
+  while (n != 0) {
+    unsigned o = s & 63, k = 64 - o < n ? 64 - o : n;
+    uint64_t mask = (k == 64 ? ~(uint64_t)0 : (((uint64_t)1 << k) - 1)) << o;
+    if (v) m[s >> 6] |= mask;
+    else m[s >> 6] &= ~mask;
+    s += k;
+    n -= k;
+  }
+}
+
+/* Bits set in [s, s+n). */
+static inline unsigned bits_count(const uint64_t *m, unsigned s, unsigned n) {
+  unsigned c = 0;
+  while (n != 0) {
+    unsigned o = s & 63, k = 64 - o < n ? 64 - o : n;
+    uint64_t mask = (k == 64 ? ~(uint64_t)0 : (((uint64_t)1 << k) - 1)) << o;
+    uint64_t w = m[s >> 6] & mask;
+    c += w == mask ? k : (unsigned)__builtin_popcountll(w); /* (mostly all set: no popcount) */
+    s += k;
+    n -= k;
+  }
+  return c;
+}
+
+/* The first bit at or after i that equals v (PACK_PAGES if none). */
+static unsigned bits_next(const uint64_t *m, unsigned i, bool v) {
+  while (i < PACK_PAGES) {
+    uint64_t w = (v ? m[i >> 6] : ~m[i >> 6]) >> (i & 63);
+    if (w != 0) return i + (unsigned)__builtin_ctzll(w);
+    i = (i | 63) + 1;
+  }
+  return PACK_PAGES;
+}
+
+/* The last bit before i that is set (page 0, the header, always is). */
+static unsigned bits_prev_set(const uint64_t *m, unsigned i) {
+  while (i != 0) {
+    unsigned w = (i - 1) >> 6, o = (i - 1) & 63;
+    uint64_t x = m[w] & (o == 63 ? ~(uint64_t)0 : (((uint64_t)2 << o) - 1));
+    if (x != 0) return (w << 6) + 63 - (unsigned)__builtin_clzll(x);
+    i = w << 6;
+  }
+  return 0;
+}
+
+/* ---- one pack (lock held) ---------------------------------------------------- */
+
+static char *page_addr(pack_t *p, unsigned i) { return (char *)p + ((size_t)i * PAGE_SIZE_); }
+
+static unsigned longest_run(const pack_t *p) {
+  unsigned best = 0;
+  for (unsigned r = bits_next(p->used, 1, false); r < PACK_PAGES;) {
+    unsigned e = bits_next(p->used, r, true);
+    if (e - r > best) best = e - r;
+    r = bits_next(p->used, e, false);
+  }
+  return best;
+}
+
+/* The first page of the shortest free run of p of at least k pages; *run:
+ * its length. */
+static unsigned best_fit(const pack_t *p, unsigned k, unsigned *run) {
+  unsigned at = 0, len = PACK_PAGES;
+  for (unsigned r = bits_next(p->used, 1, false); r < PACK_PAGES;) {
+    unsigned e = bits_next(p->used, r, true);
+    if (e - r >= k && e - r < len) {
+      at = r;
+      len = e - r;
+      if (len == k) break;
+    }
+    r = bits_next(p->used, e, false);
+  }
+  *run = len;
+  return at;
+}
+
+/* Pages [s, s+k) of p leave the free pages (a block, or a run to purge). */
+static unsigned take_pages(pack_t *p, unsigned s, unsigned k) {
+  unsigned dirty = bits_count(p->dirty, s, k);
+  if (dirty != k) atomic_fetch_sub_explicit(&clean_free, (size_t)(k - dirty) * PAGE_SIZE_, memory_order_relaxed);
+  bits_put(p->used, s, k, true);
+  p->free_pages -= k;
+  return dirty; /* of the k pages, those that may be resident */
+}
+
+/* Pages [s, s+k) of p become free. */
+static void give_pages(pack_t *p, unsigned s, unsigned k) {
+  unsigned dirty = bits_count(p->dirty, s, k);
+  if (dirty != k) atomic_fetch_add_explicit(&clean_free, (size_t)(k - dirty) * PAGE_SIZE_, memory_order_relaxed);
+  bits_put(p->used, s, k, false);
+  p->free_pages += k;
+  if (p->free_pages == PACK_PAGES - 1 && p->empty_ns == 0) p->empty_ns = hm_now_ns();
+}
+
+static unsigned slot_of(const pack_t *p) {
+  unsigned lo = 0, hi = npacks;
+  while (lo < hi) {
+    unsigned mid = (lo + hi) / 2;
+    if ((uintptr_t)packs[mid] < (uintptr_t)p) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* p's longest free run after a block left the run of free pages around
+ * page s (only that run can have grown). */
+static void refresh_freed(pack_t *p, unsigned s) {
+  unsigned a = bits_prev_set(p->used, s) + 1, e = bits_next(p->used, s, true);
+  if (e - a > longest[p->slot]) longest[p->slot] = (uint16_t)(e - a);
+}
+
+/* p's longest free run after pages were taken from a run of len pages
+ * (only if that was the longest can the longest have shrunk). */
+static void refresh_taken(pack_t *p, unsigned len) {
+  if (len >= longest[p->slot]) longest[p->slot] = (uint16_t)longest_run(p);
+}
+
+/* Number the packs from i on (after an insertion or removal). */
+static void renumber(unsigned i) {
+  for (; i < npacks; i++) packs[i]->slot = i;
+}
+
+/* A block of k pages at page s of p. Returns whether its pages were all
+ * clean (read as zeros). */
+static bool place(pack_t *p, unsigned s, unsigned k, unsigned run, uint64_t now) {
+  unsigned dirty = take_pages(p, s, k);
+  if (dirty != k) bits_put(p->dirty, s, k, true);
+  p->start[s >> 6] |= (uint64_t)1 << (s & 63);
+  bits_put(p->freed, s, k, false);
+  p->pages[s] = (uint16_t)k;
+  p->empty_ns = 0;
+  if (dirty < k && p->purged_ns != 0) hm_purge_regret(p->purged_ns, now); /* faults again */
+  refresh_taken(p, run);
+  return dirty == 0;
+}
+
+/* ---- packs from the span cache ------------------------------------------------ */
+
+/* A new, empty pack (lock not held); NULL if the lane has no memory. */
+static pack_t *pack_new(void) {
+  bool fresh;
+  pack_t *p = hm_large_chunk_take(&fresh);
+  if (p == NULL) return NULL;
+  memset(p, 0, sizeof *p);
+  p->used[0] = 1; /* the header */
+  p->free_pages = PACK_PAGES - 1;
+  /* a chunk from the span cache may hold old contents anywhere: all its
+   * pages count as dirty (calloc zeroes them; a purge gives them back) */
+  bits_put(p->dirty, 0, fresh ? 1 : PACK_PAGES, true);
+  return p;
+}
+
+/* Insert p (lock held); false if the table is full. */
+static bool pack_insert(pack_t *p) {
+  if (npacks == PACK_SLOTS) return false;
+  unsigned i = slot_of(p);
+  memmove(&packs[i + 1], &packs[i], (npacks - i) * sizeof packs[0]);
+  memmove(&longest[i + 1], &longest[i], (npacks - i) * sizeof longest[0]);
+  packs[i] = p;
+  npacks++;
+  renumber(i);
+  size_t clean = PACK_PAGES - bits_count(p->dirty, 0, PACK_PAGES);
+  atomic_fetch_add_explicit(&clean_free, clean * PAGE_SIZE_, memory_order_relaxed);
+  longest[i] = (uint16_t)longest_run(p);
+  hm_reg_set((uintptr_t)p, REG_LARGE_PACK);
+  return true;
+}
+
+/* ---- the lane's entry points -------------------------------------------------- */
+
+bool hm_pack_enabled(void) { return hm_opt[HM_OPT_LARGE_PACK] != 0 && hm_opt[HM_OPT_ACE_MAX_MB] != 0; }
+
+void *hm_pack_alloc(size_t n, bool zero) {
+  unsigned k = (unsigned)((n + PAGE_SIZE_ - 1) / PAGE_SIZE_);
+  uint64_t now = hm_now_ns();
+  pack_t *fresh = NULL;
+  for (;;) {
+    pthread_mutex_lock(&pack_lock);
+    last_alloc_ns = now;
+    if (fresh != NULL && !pack_insert(fresh)) {
+      pthread_mutex_unlock(&pack_lock);
+      hm_large_chunk_give(fresh);
+      return NULL; /* the caller maps a span */
+    }
+    unsigned i = 0;
+    while (i < npacks && longest[i] < k) i++; /* the lowest pack that fits */
+    if (i < npacks) {
+      pack_t *p = packs[i];
+      unsigned run, s = best_fit(p, k, &run);
+      HM_ASSERT(s != 0 && longest[i] == longest_run(p));
+      bool clean = place(p, s, k, run, now);
+      pthread_mutex_unlock(&pack_lock);
+      char *b = page_addr(p, s);
+      if (zero && !clean) memset(b, 0, n);
+#ifndef HAKMEM_NO_CHECKS
+      /* A block's second word is where Pool blocks hold the free tag, and
+       * the pages of a pack are reused at any page: stale contents (a
+       * Pool block copied here whole by realloc, tags of freed blocks
+       * inside it) must not reach a Pool block's second word when
+       * realloc moves this one into the Pool. Clean pages read zero. */
+      else if (!clean) ((uintptr_t *)b)[1] = 0;
+#endif
+      return b;
+    }
+    pthread_mutex_unlock(&pack_lock);
+    if ((fresh = pack_new()) == NULL) return NULL;
+  }
+}
+
+/* The block of p's pack that starts at p: its page, 0 if none. Lock held. */
+static unsigned block_page(const pack_t *pk, const void *p) {
+  uintptr_t off = (uintptr_t)p - (uintptr_t)pk;
+  if ((off & (PAGE_SIZE_ - 1)) != 0) return 0;
+  unsigned s = (unsigned)(off / PAGE_SIZE_);
+  return s != 0 && bit(pk->start, s) ? s : 0;
+}
+
+static pack_t *pack_of(const void *p) { return (pack_t *)hm_ss_of(p); }
+
+size_t hm_pack_usable(const void *p) {
+  pack_t *pk = pack_of(p);
+  pthread_mutex_lock(&pack_lock);
+  unsigned s = block_page(pk, p);
+  size_t u = s != 0 ? (size_t)pk->pages[s] * PAGE_SIZE_ : 0;
+  pthread_mutex_unlock(&pack_lock);
+  return u;
+}
+
+bool hm_pack_is_freed(const void *p) {
+  pack_t *pk = pack_of(p);
+  uintptr_t off = (uintptr_t)p - (uintptr_t)pk;
+  pthread_mutex_lock(&pack_lock);
+  bool freed = (off & (PAGE_SIZE_ - 1)) == 0 && bit(pk->freed, (unsigned)(off / PAGE_SIZE_));
+  pthread_mutex_unlock(&pack_lock);
+  return freed;
+}
+
+/* Free the block at page s of pk (lock held). Returns its pages. */
+static unsigned release_block(pack_t *pk, unsigned s) {
+  unsigned k = pk->pages[s];
+  bits_put(pk->start, s, 1, false);
+  bits_put(pk->freed, s, 1, true);
+  pk->pages[s] = 0;
+  give_pages(pk, s, k);
+  refresh_freed(pk, s);
+  return k;
+}
+
+size_t hm_pack_free(void *p) {
+  pack_t *pk = pack_of(p);
+  uint64_t now = hm_now_ns();
+  pthread_mutex_lock(&pack_lock);
+  unsigned s = block_page(pk, p);
+  if (s == 0) {
+    pthread_mutex_unlock(&pack_lock);
+    return 0;
+  }
+  if (hm_purge_mode == PURGE_EAGER) {
+    /* given back at once: the pages stay taken while madvise runs */
+    unsigned k = pk->pages[s];
+    bits_put(pk->start, s, 1, false);
+    bits_put(pk->freed, s, 1, true);
+    pk->pages[s] = 0;
+    pthread_mutex_unlock(&pack_lock);
+    bool ok = hm_os_purge(page_addr(pk, s), (size_t)k * PAGE_SIZE_) == 0;
+    pthread_mutex_lock(&pack_lock);
+    if (ok) bits_put(pk->dirty, s, k, false);
+    give_pages(pk, s, k);
+    refresh_freed(pk, s);
+    pthread_mutex_unlock(&pack_lock);
+    return (size_t)k * PAGE_SIZE_;
+  }
+  unsigned k = release_block(pk, s);
+  pthread_mutex_unlock(&pack_lock);
+  if (hm_purge_mode == PURGE_OFF) hm_purge_count_disabled();
+  else hm_purge_note_idle(now);
+  return (size_t)k * PAGE_SIZE_;
+}
+
+void hm_pack_free_moved(void *p) {
+  pack_t *pk = pack_of(p);
+  pthread_mutex_lock(&pack_lock);
+  unsigned s = block_page(pk, p);
+  if (s != 0) {
+    bits_put(pk->dirty, s, pk->pages[s], false); /* its pages moved away: the range reads zeros */
+    release_block(pk, s);
+  }
+  pthread_mutex_unlock(&pack_lock);
+}
+
+bool hm_pack_resize(void *p, size_t n) {
+  pack_t *pk = pack_of(p);
+  unsigned k = (unsigned)((n + PAGE_SIZE_ - 1) / PAGE_SIZE_);
+  uint64_t now = hm_now_ns();
+  pthread_mutex_lock(&pack_lock);
+  unsigned s = block_page(pk, p), old = pk->pages[s];
+  bool done = true;
+  if (k < old) { /* the tail becomes free */
+    give_pages(pk, s + k, old - k);
+    pk->pages[s] = (uint16_t)k;
+    refresh_freed(pk, s + k);
+  } else if (k > old) { /* into the free pages that follow */
+    unsigned end = bits_next(pk->used, s + old, true);
+    done = end >= s + k; /* (end <= PACK_PAGES) */
+    if (done) {
+      unsigned dirty = take_pages(pk, s + old, k - old);
+      if (dirty != k - old) bits_put(pk->dirty, s + old, k - old, true);
+      bits_put(pk->freed, s + old, k - old, false);
+      pk->pages[s] = (uint16_t)k;
+      if (dirty < k - old && pk->purged_ns != 0) hm_purge_regret(pk->purged_ns, now);
+      refresh_taken(pk, end - (s + old));
+    }
+  }
+  pthread_mutex_unlock(&pack_lock);
+  return done;
+}
+
+/* ---- giving memory back ---------------------------------------------------------- */
+
+typedef struct run {
+  pack_t *pk;
+  uint16_t s, k;
+} run_t;
+
+/* Runs of free, dirty pages, at most budget bytes and PURGE_BATCH runs,
+ * taken (marked used) into out; with empty_idle_ns, only in packs that
+ * have held no block for that long. Lock held. */
+static unsigned claim_runs(uint64_t now, uint64_t empty_idle_ns, size_t *budget, uint64_t *next_due, run_t *out) {
+  unsigned n = 0;
+  for (unsigned i = 0; i < npacks; i++) {
+    pack_t *pk = packs[i];
+    if (empty_idle_ns != 0) {
+      if (pk->empty_ns == 0 || bits_count(pk->dirty, 1, PACK_PAGES - 1) == 0) continue;
+      if (pk->empty_ns + empty_idle_ns > now) {
+        if (pk->empty_ns + empty_idle_ns < *next_due) *next_due = pk->empty_ns + empty_idle_ns;
+        continue;
+      }
+    }
+    uint64_t cand[PACK_WORDS];
+    bool any = false;
+    for (unsigned w = 0; w < PACK_WORDS; w++) any |= (cand[w] = pk->dirty[w] & ~pk->used[w]) != 0;
+    for (unsigned j = any ? bits_next(cand, 1, true) : PACK_PAGES; j < PACK_PAGES;) {
+      if (*budget == 0 || n == PURGE_BATCH) {
+        *next_due = now; /* more to do: the next step comes at once */
+        return n;
+      }
+      unsigned e = bits_next(cand, j, false);
+      size_t bytes = (size_t)(e - j) * PAGE_SIZE_;
+      *budget = bytes >= *budget ? 0 : *budget - bytes;
+      take_pages(pk, j, e - j);
+      refresh_taken(pk, PACK_PAGES); /* (recomputed) */
+      out[n++] = (run_t){pk, (uint16_t)j, (uint16_t)(e - j)};
+      j = bits_next(cand, e, true);
+    }
+  }
+  return n;
+}
+
+/* madvise the claimed runs (lock not held), then free them, clean. */
+static size_t purge_runs(run_t *r, unsigned n, uint64_t now) {
+  size_t bytes = 0;
+  bool ok[PURGE_BATCH];
+  for (unsigned i = 0; i < n; i++) ok[i] = hm_os_purge(page_addr(r[i].pk, r[i].s), (size_t)r[i].k * PAGE_SIZE_) == 0;
+  pthread_mutex_lock(&pack_lock);
+  for (unsigned i = 0; i < n; i++) {
+    if (ok[i]) {
+      bits_put(r[i].pk->dirty, r[i].s, r[i].k, false);
+      r[i].pk->purged_ns = now;
+      bytes += (size_t)r[i].k * PAGE_SIZE_;
+    }
+    give_pages(r[i].pk, r[i].s, r[i].k);
+    refresh_freed(r[i].pk, r[i].s);
+  }
+  pthread_mutex_unlock(&pack_lock);
+  return bytes;
+}
+
+size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due) {
+  size_t bytes = 0;
+  run_t runs[PURGE_BATCH];
+  for (;;) {
+    pthread_mutex_lock(&pack_lock);
+    /* As for cached spans (hm_large_purge): an idle purge of all free
+     * pages waits until no block was asked for that long either. A random
+     * working set of large blocks leaves the free pages of its deepest
+     * troughs idle for a second now and then, and wants them again (the
+     * syscall budget with blocks up to 1 MiB: madvise calls in steady
+     * state otherwise). Meanwhile only packs that have held no block for
+     * EMPTY_IDLE_FACTOR times as long are given back (at 1 s, the syscall
+     * budget with blocks up to 4 MiB, run slowly by the debug build under
+     * load, saw a madvise now and then): busy blocks crowd into the low packs, so
+     * the high ones empty out after a peak of the working set
+     * (bench_soak: otherwise each new peak left a pack's worth of pages
+     * resident for good). */
+    uint64_t empty_idle = 0;
+    if (min_idle_ns != 0 && last_alloc_ns + min_idle_ns > now) {
+      if (last_alloc_ns + min_idle_ns < *next_due && npacks != 0) *next_due = last_alloc_ns + min_idle_ns;
+      empty_idle = EMPTY_IDLE_FACTOR * min_idle_ns;
+    }
+    unsigned n = claim_runs(now, empty_idle, &budget, next_due, runs);
+    pthread_mutex_unlock(&pack_lock);
+    if (n == 0) break;
+    bytes += purge_runs(runs, n, now);
+    if (n < PURGE_BATCH || budget == 0) break;
+  }
+  return bytes;
+}
+
+size_t hm_pack_release(void) {
+  uint64_t due = UINT64_MAX;
+  size_t bytes = hm_purge_mode == PURGE_OFF ? 0 : hm_pack_purge(hm_now_ns(), 0, SIZE_MAX, &due);
+  /* empty packs go back to the span cache (which the caller then unmaps) */
+  for (;;) {
+    pack_t *empty = NULL;
+    pthread_mutex_lock(&pack_lock);
+    for (unsigned i = 0; i < npacks && empty == NULL; i++) {
+      if (packs[i]->free_pages != PACK_PAGES - 1) continue;
+      empty = packs[i];
+      memmove(&packs[i], &packs[i + 1], (npacks - i - 1) * sizeof packs[0]);
+      memmove(&longest[i], &longest[i + 1], (npacks - i - 1) * sizeof longest[0]);
+      npacks--;
+      renumber(i);
+      size_t clean = PACK_PAGES - bits_count(empty->dirty, 0, PACK_PAGES);
+      atomic_fetch_sub_explicit(&clean_free, clean * PAGE_SIZE_, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&pack_lock);
+    if (empty == NULL) break;
+    hm_large_chunk_give(empty);
+  }
+  return bytes;
+}
+
+size_t hm_pack_clean(void) { return atomic_load_explicit(&clean_free, memory_order_relaxed); }
+
+void hm_pack_resident(size_t *res) {
+  pthread_mutex_lock(&pack_lock);
+  for (unsigned i = 0; i < npacks; i++) *res += hm_os_resident(packs[i], SS_SIZE);
+  pthread_mutex_unlock(&pack_lock);
+}
+
+void hm_pack_fork_prepare(void) { pthread_mutex_lock(&pack_lock); }
+void hm_pack_fork_parent(void) { pthread_mutex_unlock(&pack_lock); }
+void hm_pack_fork_child(void) { pthread_mutex_init(&pack_lock, NULL); }
+
+#else /* secure mode: one block per span */
+
+bool hm_pack_enabled(void) { return false; }
+void *hm_pack_alloc(size_t n, bool zero) { (void)n, (void)zero; return NULL; }
+size_t hm_pack_usable(const void *p) { (void)p; return 0; }
+bool hm_pack_is_freed(const void *p) { (void)p; return false; }
+size_t hm_pack_free(void *p) { (void)p; return 0; }
+bool hm_pack_resize(void *p, size_t n) { (void)p, (void)n; return false; }
+void hm_pack_free_moved(void *p) { (void)p; }
+size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due) {
+  (void)now, (void)min_idle_ns, (void)budget, (void)next_due;
+  return 0;
+}
+size_t hm_pack_release(void) { return 0; }
+size_t hm_pack_clean(void) { return 0; }
+void hm_pack_resident(size_t *res) { (void)res; }
+void hm_pack_fork_prepare(void) {}
+void hm_pack_fork_parent(void) {}
+void hm_pack_fork_child(void) {}
+
+#endif

@@ -1,0 +1,224 @@
+/* Packed large blocks (src/pack.c): blocks above the Pool limit up to
+ * 1 MiB share 2 MiB chunks at page granularity.
+ *
+ *   layout    usable size is the request rounded to pages; several blocks
+ *             share a chunk; a freed run is reused, and adjacent freed
+ *             blocks coalesce into one run; calloc reads zero on reused
+ *             pages; no OS call once a pack exists
+ *   realloc   shrink in place (the tail is reused), grow in place into the
+ *             free pages after the block, moved when they are taken,
+ *             moved to a span above 1 MiB, to the Pool at 64 KiB or less; a
+ *             Pool block moved by realloc to more than 64 KiB: packed
+ *   purge     free pages idle long enough are given back (madvise), the
+ *             pack stays mapped; malloc_trim gives back all free pages
+ *             and unmaps empty packs
+ *   window    after many blocks grown by realloc, new blocks take spans;
+ *             after many kept at their size, packs again
+ *   off       HAKMEM_LARGE_PACK=0: a block takes a 2 MiB span
+ */
+#define _GNU_SOURCE
+#include <malloc.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "hakmem.h"
+#include "internal.h" /* SMALL_MAX, SS_SIZE, HM_PACK_MAX, hm_pack_purge */
+#include "test_common.h"
+
+#define KiB ((size_t)1024)
+#define PG ((size_t)4096)
+
+static struct hak_os_stats st0;
+static void mark(void) { hak_os_stats_get(&st0); }
+static size_t d_calls(void) {
+  struct hak_os_stats s;
+  hak_os_stats_get(&s);
+  return (s.mmap_calls - st0.mmap_calls) + (s.munmap_calls - st0.munmap_calls) +
+         (s.madvise_calls - st0.madvise_calls) + (s.mremap_calls - st0.mremap_calls);
+}
+static uintptr_t chunk(const void *p) { return (uintptr_t)p & ~(SS_SIZE - 1); }
+static size_t pages_of(size_t n) { return (n + PG - 1) / PG * PG; }
+
+static size_t resident(const void *p, size_t len) {
+  unsigned char vec[512];
+  CHECK(len / PG <= sizeof vec, "range too long");
+  CHECK(mincore((void *)p, len, vec) == 0, "mincore");
+  size_t n = 0;
+  for (size_t i = 0; i < len / PG; i++) n += vec[i] & 1;
+  return n;
+}
+
+static void test_layout(void) {
+  malloc_trim(0);
+  size_t n = 300 * KiB + 1;
+  char *a = malloc(n), *b = malloc(n), *c = malloc(n);
+  CHECK(a && b && c, "malloc");
+  CHECK(malloc_usable_size(a) == pages_of(n), "usable %zu of a packed %zu-byte block", malloc_usable_size(a), n);
+  CHECK(((uintptr_t)a & (PG - 1)) == 0, "packed block %p not page aligned", (void *)a);
+  CHECK(chunk(a) == chunk(b) && chunk(b) == chunk(c), "three 300 KiB blocks in three chunks: %p %p %p", (void *)a,
+        (void *)b, (void *)c);
+  memset(a, 1, n);
+  memset(b, 2, n);
+  memset(c, 3, n);
+  mark();
+  free(b);
+  char *d = malloc(n);
+  CHECK(d == b, "the freed run at %p was not reused (%p)", (void *)b, (void *)d);
+  CHECK(d_calls() == 0, "reusing a packed run made %zu OS calls", d_calls());
+  /* adjacent freed blocks coalesce: a block of both their sizes fits there */
+  char *lo = a < d ? a : d, *hi = a < d ? d : a;
+  if (hi == lo + pages_of(n)) {
+    free(lo);
+    free(hi);
+    char *e = malloc(2 * pages_of(n));
+    CHECK(e == lo, "two adjacent freed runs did not serve a block of both (%p, expected %p)", (void *)e, (void *)lo);
+    CHECK(malloc_usable_size(e) == 2 * pages_of(n), "usable %zu", malloc_usable_size(e));
+    free(e);
+  } else {
+    free(a);
+    free(d);
+  }
+  /* calloc over reused (dirty) pages reads zero */
+  char *z = calloc(1, n);
+  CHECK(z, "calloc");
+  for (size_t i = 0; i < n; i += 512) CHECK(z[i] == 0, "calloc byte %zu = %d", i, z[i]);
+  free(z);
+  free(c);
+  /* the lane limits: above SMALL_MAX packed, above HM_PACK_MAX a span */
+  char *lo_p = malloc(SMALL_MAX + 1), *hi_p = malloc(HM_PACK_MAX), *span = malloc(HM_PACK_MAX + 1);
+  CHECK(malloc_usable_size(lo_p) == pages_of(SMALL_MAX + 1), "usable %zu", malloc_usable_size(lo_p));
+  CHECK(malloc_usable_size(hi_p) == HM_PACK_MAX, "usable %zu", malloc_usable_size(hi_p));
+  CHECK(malloc_usable_size(span) == SS_SIZE, "usable %zu above the packs' limit", malloc_usable_size(span));
+  free(lo_p);
+  free(hi_p);
+  free(span);
+}
+
+static void test_realloc(void) {
+  malloc_trim(0);
+  char *a = malloc(400 * KiB), *b = malloc(400 * KiB);
+  CHECK(a && b && chunk(a) == chunk(b), "two 400 KiB blocks");
+  char *lo = a < b ? a : b, *hi = a < b ? b : a;
+  CHECK(hi == lo + 400 * KiB, "blocks not adjacent: %p %p", (void *)lo, (void *)hi);
+  tc_fill(lo, 400 * KiB, 1);
+  /* shrink in place; the tail is free and taken by the next fitting block */
+  char *q = realloc(lo, 100 * KiB);
+  CHECK(q == lo && malloc_usable_size(q) == 100 * KiB, "shrink: %p -> %p, usable %zu", (void *)lo, (void *)q,
+        malloc_usable_size(q));
+  /* grow in place into the freed tail */
+  q = realloc(q, 350 * KiB);
+  CHECK(q == lo && malloc_usable_size(q) == 352 * KiB, "grow in place: %p -> %p, usable %zu", (void *)lo, (void *)q,
+        malloc_usable_size(q));
+  for (size_t i = 0; i < 100 * KiB; i += 997) CHECK((uint8_t)q[i] == tc_pat_byte(1, i), "content lost at %zu", i);
+  /* hi follows: growing past it moves the block (contents kept) */
+  char *m = realloc(q, 600 * KiB);
+  CHECK(m != NULL && m != q, "a block grown past its neighbour stayed at %p", (void *)q);
+  for (size_t i = 0; i < 100 * KiB; i += 997) CHECK((uint8_t)m[i] == tc_pat_byte(1, i), "content lost at %zu", i);
+  /* above the packs' limit: a span */
+  char *s = realloc(m, HM_PACK_MAX + PG);
+  CHECK(s && malloc_usable_size(s) == SS_SIZE, "grown past 1 MiB: usable %zu", malloc_usable_size(s));
+  for (size_t i = 0; i < 100 * KiB; i += 997) CHECK((uint8_t)s[i] == tc_pat_byte(1, i), "content lost at %zu", i);
+  free(s);
+  /* to 64 KiB or less: into the Pool */
+  char *p = realloc(hi, 1000);
+  CHECK(p && malloc_usable_size(p) < 2000, "shrunk to 1000 B: usable %zu", malloc_usable_size(p));
+  /* a Pool block moved by realloc to more than 64 KiB goes to a pack */
+  memset(p, 5, 1000);
+  char *r = realloc(p, 100 * KiB);
+  CHECK(r && malloc_usable_size(r) == 100 * KiB, "a Pool block realloc'd to 100 KiB: usable %zu (a Pool class?)",
+        malloc_usable_size(r));
+  for (size_t i = 0; i < 1000; i++) CHECK(r[i] == 5, "content lost at %zu", i);
+  free(r);
+}
+
+static void test_purge(void) {
+  malloc_trim(0);
+  char *keep = malloc(300 * KiB), *a = malloc(600 * KiB);
+  CHECK(keep && a && chunk(keep) == chunk(a), "two blocks in one pack");
+  memset(a, 7, 600 * KiB);
+  free(a);
+  CHECK(resident(a, 600 * KiB) == 600 * KiB / PG, "the freed block's pages are not resident before a purge");
+  uint64_t due = UINT64_MAX;
+  CHECK(hm_pack_purge(hm_now_ns(), 60ull * 1000 * 1000 * 1000, 64u << 20, &due) == 0,
+        "purge(idle 60 s) gave back pages freed just now");
+  CHECK(due != UINT64_MAX && due > hm_now_ns(), "purge(idle 60 s) set no due time");
+  mark();
+  size_t got = hm_pack_purge(hm_now_ns(), 0, 64u << 20, &due);
+  CHECK(got >= 600 * KiB, "purge(0) gave back %zu KiB, expected at least 600", got / KiB);
+  CHECK(d_calls() >= 1, "purge made no madvise");
+  CHECK(resident(a, 600 * KiB) == 0, "%zu pages still resident after the purge", resident(a, 600 * KiB));
+  CHECK(hm_pack_purge(hm_now_ns(), 0, 64u << 20, &due) == 0, "a second purge found more");
+  /* purged pages are reused, reading zero */
+  char *z = calloc(1, 600 * KiB);
+  CHECK(z == a, "the purged run was not reused (%p, expected %p)", (void *)z, (void *)a);
+  for (size_t i = 0; i < 600 * KiB; i += 4096) CHECK(z[i] == 0, "byte %zu = %d", i, z[i]);
+  memset(z, 8, 600 * KiB);
+  free(z);
+  /* malloc_trim: free pages given back, the empty pack unmapped */
+  free(keep);
+  struct hak_os_stats s0, s1;
+  hak_os_stats_get(&s0);
+  CHECK(malloc_trim(0) == 1, "malloc_trim with a free pack returned 0");
+  hak_os_stats_get(&s1);
+  CHECK(s1.munmap_calls > s0.munmap_calls && s1.committed_bytes + SS_SIZE <= s0.committed_bytes,
+        "malloc_trim unmapped %zu bytes (%zu munmap calls)", (size_t)(s0.committed_bytes - s1.committed_bytes),
+        (size_t)(s1.munmap_calls - s0.munmap_calls));
+}
+
+/* Blocks take spans (where realloc grows them without a copy) for a
+ * window of 256 large allocations after one with more than 1 realloc
+ * within the lane for 8 of them; blocks that keep their size are packed
+ * again. */
+static void test_window(void) {
+  malloc_trim(0);
+  for (int i = 0; i < 600; i++) {
+    char *p = tc_escape(malloc(tc_opaque(300 * KiB)));
+    CHECK(p, "malloc");
+    p = tc_escape(realloc(p, tc_opaque(500 * KiB)));
+    CHECK(p, "realloc");
+    free(p);
+  }
+  char *a = malloc(300 * KiB);
+  CHECK(a && malloc_usable_size(a) == SS_SIZE, "after 600 growing blocks: usable %zu, a span expected",
+        malloc_usable_size(a));
+  free(a);
+  for (int i = 0; i < 600; i++) free(tc_escape(malloc(tc_opaque(300 * KiB))));
+  a = malloc(300 * KiB);
+  CHECK(a && malloc_usable_size(a) == 300 * KiB, "after 600 blocks kept their size: usable %zu, packed expected",
+        malloc_usable_size(a));
+  free(a);
+}
+
+static void test_off(void) {
+  const char *v = getenv("HAKMEM_LARGE_PACK");
+  if (v == NULL || strcmp(v, "0") != 0) FAILF("run with HAKMEM_LARGE_PACK=0");
+  char *a = malloc(300 * KiB), *b = malloc(300 * KiB);
+  CHECK(a && b && malloc_usable_size(a) == SS_SIZE && chunk(a) != chunk(b), "packs off: usable %zu, %p %p",
+        malloc_usable_size(a), (void *)a, (void *)b);
+  free(a);
+  free(b);
+  char *p = realloc(malloc(1000), 100 * KiB);
+  CHECK(p && malloc_usable_size(p) != 100 * KiB && malloc_usable_size(p) < SS_SIZE,
+        "packs off: realloc to 100 KiB not in the Pool (usable %zu)", malloc_usable_size(p));
+  free(p);
+}
+
+int main(int argc, char **argv) {
+  tc_test_name = "pack";
+  if (!HAKMEM_SPECIFIC) return 77;
+  const struct {
+    const char *name;
+    void (*fn)(void);
+  } parts[] = {{"layout", test_layout}, {"realloc", test_realloc}, {"purge", test_purge}, {"window", test_window},
+                 {"off", test_off}};
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+    if (argc > 1 && strcmp(argv[1], parts[i].name) != 0) continue;
+    if (argc == 1 && strcmp(parts[i].name, "off") == 0) continue;
+    parts[i].fn();
+    printf("pack %s: ok\n", parts[i].name);
+  }
+  return 0;
+}
