@@ -598,8 +598,8 @@ HM_INLINE bool hm_slab_holds_own(const slab_t *s, const void *p) {
   return (uint64_t)x * s->div_mul < s->limit;
 }
 /* The block check's limit for n carved blocks of block_size bytes (0: every
- * free into the slab is invalid). (n << k <= the slab's bytes / m: 32 bits
- * are enough.) */
+ * free into the slab is invalid). (n << k <= the slab's bytes / m fits 32
+ * bits; it is kept in 64 so that free's compare takes it from memory.) */
 HM_INLINE uint64_t hm_check_limit(uint32_t block_size, unsigned n) {
   return n == 0 ? 0 : (uint64_t)n << __builtin_ctz(block_size);
 }
