@@ -15,8 +15,9 @@
  * out over it since the pack was mapped or purged). Once the packs have
  * handed out no block for the purge's idle time, a purge step
  * (hm_pack_purge, from purge.c) gives back their free dirty pages, a run
- * at a time; malloc_trim gives back every free page and the empty packs. A block over purged pages that were
- * given back recently counts as regret (purge.c's backoff).
+ * at a time; malloc_trim gives back every free page and the empty packs.
+ * A block over pages that were given back recently counts as regret
+ * (purge.c's backoff).
  *
  * Locking: one mutex, a leaf lock; packs are taken from and given back to
  * the span cache with it dropped, and madvise runs with it dropped over
