@@ -13,7 +13,7 @@ void hak_free(void *p) { hm_free(p); }
 void hm_free_slow(void *p) {
   if (p == NULL) return;
   unsigned k = hm_reg_kind((uintptr_t)p);
-  if (k == REG_LARGE_HEAD || k == REG_LARGE_TAIL || k == REG_LARGE_PACK) {
+  if (hm_reg_large(k)) {
     hm_large_free(p);
     hm_purge_tick();
     return;
@@ -75,7 +75,7 @@ void *hak_realloc(void *p, size_t n) {
     return NULL;
   }
   unsigned k = hm_reg_kind((uintptr_t)p);
-  if (k == REG_LARGE_HEAD || k == REG_LARGE_TAIL || k == REG_LARGE_PACK) return hm_large_realloc(p, n);
+  if (hm_reg_large(k)) return hm_large_realloc(p, n);
   /* Keep the block when it fits and would not waste more than half. */
   if (n <= old && (old <= 256 || n >= old / 2)) return p;
   /* A move of more than 64 KiB goes to a pack when packs are on: the copy

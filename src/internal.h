@@ -72,6 +72,10 @@ HM_INLINE unsigned hm_reg_kind(uintptr_t a) {
   uintptr_t i = a >> SS_SHIFT;
   return likely(i < REG_ENTRIES) ? __atomic_load_n(&hm_registry[i], __ATOMIC_RELAXED) : (unsigned)REG_NONE;
 }
+/* A chunk where a live large block may start or lie (the large lane's). */
+HM_INLINE bool hm_reg_large(unsigned kind) {
+  return kind == REG_LARGE_HEAD || kind == REG_LARGE_TAIL || kind == REG_LARGE_PACK;
+}
 HM_INLINE void hm_reg_set(uintptr_t a, unsigned kind) {
   __atomic_store_n(&hm_registry[a >> SS_SHIFT], (uint8_t)kind, __ATOMIC_RELAXED);
 }
