@@ -542,7 +542,7 @@ static void *foreign_pop(heap_t *h, unsigned c) {
   f->free = b->next;
   f->used++;
   heap_set_cur(h, c, f);
-  return hm_block_handout(f, b);
+  return hm_block_handout(f, b, f->free);
 }
 
 static void *heap_alloc(heap_t *h, unsigned c) {
@@ -573,7 +573,7 @@ static void *heap_alloc(heap_t *h, unsigned c) {
         s->free = hm_next_decode(s, b);
         s->used++;
         HM_STAT_ADD(h, alloc[c], 1);
-        return hm_block_handout(s, b);
+        return hm_block_handout(s, b, NULL);
       }
       if (s->carved < s->capacity) {
         avail_push(h, s); /* it has blocks left to carve */
