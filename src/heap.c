@@ -310,15 +310,22 @@ static void slab_collect_remote(slab_t *s) {
   s->used -= n;
 }
 
-/* Carve HAKMEM_CARVE_BYTES' worth (at least 4 blocks) of fresh blocks:
- * memory is touched only as it is needed. Each gets the free tag (and in
- * secure mode the fill pattern), and secure mode links them in random order
- * (at most a page's worth at a time). */
+/* Carve HAKMEM_CARVE_BYTES' worth (at least 4 blocks; of blocks above 16
+ * KiB, 64 KiB's worth, and at least one) of fresh blocks: memory is
+ * touched only as it is needed. Each gets the free tag (and in secure mode
+ * the fill pattern), and secure mode links them in random order (at most a
+ * page's worth at a time). (Four blocks at a time carved a quarter to a
+ * megabyte of a class's 2 MiB slab of blocks above 64 KiB, which a thread
+ * may hold one or two of: bench_soak's slabs of those classes held 37 MiB
+ * carved for 12-15 MiB in use, made resident in time by the program's
+ * writes, and its RSS crept by that; 28-30 MiB with one at a time.) */
+#define CARVE_LEAST_BYTES ((uint32_t)64 << 10)
 static void slab_carve(slab_t *s) {
   uint32_t bs = s->block_size;
   uint32_t n = s->capacity - s->carved;
   uint32_t bytes = (uint32_t)hm_opt[HM_OPT_CARVE_BYTES];
-  uint32_t want = bytes / bs < 4 ? 4 : bytes / bs;
+  uint32_t least = bs <= CARVE_LEAST_BYTES / 4 ? 4 : bs < CARVE_LEAST_BYTES ? CARVE_LEAST_BYTES / bs : 1;
+  uint32_t want = bytes / bs < least ? least : bytes / bs;
   if (n > want) n = want;
   char *p = hm_slab_start(s) + (size_t)s->carved * bs;
   block_t *list = s->free;
@@ -615,7 +622,9 @@ static void *heap_alloc(heap_t *h, unsigned c) {
       hm_check_slab(s);
       /* Freed blocks first, then the class's other slabs' and the foreign
        * cache's, and only then fresh memory: touched pages are reused
-       * before new ones are touched. */
+       * before new ones are touched. (Not a sparse slab's: taken only
+       * when nothing else is left, and the current slab, put back on
+       * avail to carve later, would be taken first again.) */
       slab_t *next = h->avail[c];
       bool elsewhere = (next != NULL && slab_has_freed(next)) || h->foreign[c].local_free != NULL ||
                        h->foreign[c].free != NULL;
