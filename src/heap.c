@@ -8,7 +8,8 @@
  * atomics. Other threads only push on slab->remote.
  *
  * Slab states (in_use): UNUSED; ACTIVE (the class's current slab, or FULL);
- * LISTED (on heap->avail[cls], has free blocks); FOREIGN (a heap's pseudo
+ * LISTED (on heap->avail[cls], has free blocks); SPARSE (on
+ * heap->sparse[cls]: mostly free, left to drain); FOREIGN (a heap's pseudo
  * slab of cached blocks from other threads' slabs, see hm_free_foreign).
  *
  * A FULL slab is on no list. To get it back when other threads free into
@@ -71,6 +72,35 @@ static void avail_unlink(heap_t *h, slab_t *s) {
   s->next = s->prev = NULL;
   s->in_use = SLAB_ACTIVE;
 }
+
+/* The sparse list: listed slabs found mostly free when their turn came
+ * (slab_is_sparse). They are taken only when no other listed slab of the
+ * class has free blocks, the last one listed (the fullest, likely) first:
+ * the rest get no new blocks, so their blocks drain with the program's
+ * frees, and an emptied slab goes back to its SuperSlab (and later to the
+ * OS). Without it every slab the class ever needed at once kept being
+ * handed out from, and the frees stayed spread over all of them. */
+static void sparse_push(heap_t *h, slab_t *s) {
+  s->in_use = SLAB_SPARSE;
+  s->prev = NULL;
+  s->next = h->sparse[s->cls];
+  if (s->next != NULL) s->next->prev = s;
+  h->sparse[s->cls] = s;
+}
+
+static void sparse_unlink(heap_t *h, slab_t *s) {
+  if (s->prev != NULL) s->prev->next = s->next;
+  else h->sparse[s->cls] = s->next;
+  if (s->next != NULL) s->next->prev = s->prev;
+  s->next = s->prev = NULL;
+  s->in_use = SLAB_ACTIVE;
+}
+
+/* Fewer than a quarter of its carved blocks out: not worth handing out
+ * from while another slab is. (A quarter: taken when its turn comes, a
+ * slab is filled; one that falls below it before its next turn holds
+ * blocks the class no longer needs.) */
+static bool slab_is_sparse(const slab_t *s) { return (uint32_t)s->used * 4u < s->carved; }
 
 static void partial_push(heap_t *h, superslab_t *ss) {
   ss->on_partial = 1;
@@ -231,7 +261,13 @@ static bool slab_release(heap_t *h, slab_t *s) {
   hm_check_slab(s);
   hm_stats_released(s->cls, s->carved);
   HM_ASSERT(s->in_use != SLAB_FULL);
-  if (s->in_use == SLAB_LISTED) avail_unlink(h, s);
+  if (s->in_use == SLAB_LISTED) {
+    avail_unlink(h, s);
+  } else if (s->in_use == SLAB_SPARSE) {
+    sparse_unlink(h, s);
+    /* (no block is out, so no other thread pushes: only the notify bit) */
+    atomic_store_explicit(hm_slab_remote(s), 0, memory_order_relaxed);
+  }
   s->in_use = SLAB_UNUSED;
   /* A free into an unused slab is invalid (by the owner too): carved is 0
    * for the block check. The shape keeps the count aside, and the
@@ -274,15 +310,22 @@ static void slab_collect_remote(slab_t *s) {
   s->used -= n;
 }
 
-/* Carve HAKMEM_CARVE_BYTES' worth (at least 4 blocks) of fresh blocks:
- * memory is touched only as it is needed. Each gets the free tag (and in
- * secure mode the fill pattern), and secure mode links them in random order
- * (at most a page's worth at a time). */
+/* Carve HAKMEM_CARVE_BYTES' worth (at least 4 blocks; of blocks above 16
+ * KiB, 64 KiB's worth, and at least one) of fresh blocks: memory is
+ * touched only as it is needed. Each gets the free tag (and in secure mode
+ * the fill pattern), and secure mode links them in random order (at most a
+ * page's worth at a time). (Four blocks at a time carved a quarter to a
+ * megabyte of a class's 2 MiB slab of blocks above 64 KiB, which a thread
+ * may hold one or two of: bench_soak's slabs of those classes held 37 MiB
+ * carved for 12-15 MiB in use, made resident in time by the program's
+ * writes, and its RSS crept by that; 28-30 MiB with one at a time.) */
+#define CARVE_LEAST_BYTES ((uint32_t)64 << 10)
 static void slab_carve(slab_t *s) {
   uint32_t bs = s->block_size;
   uint32_t n = s->capacity - s->carved;
   uint32_t bytes = (uint32_t)hm_opt[HM_OPT_CARVE_BYTES];
-  uint32_t want = bytes / bs < 4 ? 4 : bytes / bs;
+  uint32_t least = bs <= CARVE_LEAST_BYTES / 4 ? 4 : bs < CARVE_LEAST_BYTES ? CARVE_LEAST_BYTES / bs : 1;
+  uint32_t want = bytes / bs < least ? least : bytes / bs;
   if (n > want) n = want;
   char *p = hm_slab_start(s) + (size_t)s->carved * bs;
   block_t *list = s->free;
@@ -363,6 +406,20 @@ static void slab_unfull(slab_t *s, uint32_t local_frees) {
   if (s->in_use != SLAB_FULL) return;
   s->in_use = SLAB_ACTIVE;
   s->used = s->capacity - local_frees;
+}
+
+/* Sparse slab s: collect what other threads freed into it, release it if
+ * that emptied it, else have the next remote free notify the owner (the
+ * FULL slabs' bit; heap_process_pending comes back here): nothing takes a
+ * sparse slab's remote list otherwise, and the blocks other threads free
+ * are what empties it. Returns true when its SuperSlab went too. */
+static bool sparse_watch(heap_t *h, slab_t *s) {
+  for (;;) {
+    slab_collect_remote(s);
+    if (s->used == 0) return slab_release(h, s);
+    uintptr_t expected = 0;
+    if (atomic_compare_exchange_strong(hm_slab_remote(s), &expected, REMOTE_NOTIFY)) return false;
+  }
 }
 
 /* ---- SuperSlabs --------------------------------------------------------- */
@@ -471,6 +528,10 @@ static void heap_process_pending(heap_t *h) {
       unsigned i = (unsigned)__builtin_ctzll(bits);
       bits &= bits - 1;
       slab_t *s = &ss->slabs[i];
+      if (s->in_use == SLAB_SPARSE) {
+        if (sparse_watch(h, s)) break;
+        continue;
+      }
       if (s->in_use != SLAB_FULL) continue;
       slab_unfull(s, 0);
       slab_collect_remote(s);
@@ -561,7 +622,9 @@ static void *heap_alloc(heap_t *h, unsigned c) {
       hm_check_slab(s);
       /* Freed blocks first, then the class's other slabs' and the foreign
        * cache's, and only then fresh memory: touched pages are reused
-       * before new ones are touched. */
+       * before new ones are touched. (Not a sparse slab's: taken only
+       * when nothing else is left, and the current slab, put back on
+       * avail to carve later, would be taken first again.) */
       slab_t *next = h->avail[c];
       bool elsewhere = (next != NULL && slab_has_freed(next)) || h->foreign[c].local_free != NULL ||
                        h->foreign[c].free != NULL;
@@ -589,10 +652,20 @@ static void *heap_alloc(heap_t *h, unsigned c) {
     }
     /* Cached blocks of other threads first: they are memory in use already. */
     if (h->foreign[c].local_free != NULL || h->foreign[c].free != NULL) return foreign_pop(h, c);
-    s = h->avail[c];
+    while ((s = h->avail[c]) != NULL && slab_is_sparse(s)) {
+      if (stale) heap_set_cur(h, c, &hm_empty_slab); /* (releasing may free SuperSlabs) */
+      stale = false;
+      avail_unlink(h, s);
+      sparse_push(h, s);
+      sparse_watch(h, s);
+    }
     if (s != NULL) {
       HM_STAT_REFILL(h, HM_REFILL_LISTED, 0);
       avail_unlink(h, s);
+    } else if ((s = h->sparse[c]) != NULL) {
+      HM_STAT_REFILL(h, HM_REFILL_LISTED, 0);
+      sparse_unlink(h, s);
+      slab_collect_remote(s); /* (clears the notify bit) */
     } else {
       if (stale) heap_set_cur(h, c, &hm_empty_slab); /* (adopting may release slabs) */
       stale = false;
@@ -648,7 +721,7 @@ static void heap_reset(heap_t *h) {
   h->fc_stand_in.used = 1;
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
     heap_set_cur(h, c, &hm_empty_slab);
-    h->avail[c] = h->avail_tail[c] = NULL;
+    h->avail[c] = h->avail_tail[c] = h->sparse[c] = NULL;
   }
   for (unsigned k = 0; k < NUM_KINDS; k++) h->partial[k] = NULL;
   h->all = NULL;
@@ -857,7 +930,7 @@ void hm_heap_thread_exit(heap_t *h) {
   hm_tls_free_id = (uintptr_t)&hm_empty_heap;
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
     heap_set_cur(h, c, &hm_empty_slab);
-    h->avail[c] = h->avail_tail[c] = NULL;
+    h->avail[c] = h->avail_tail[c] = h->sparse[c] = NULL;
   }
   /* The avail lists link slabs of different SuperSlabs: every slab leaves
    * them before any SuperSlab is abandoned, or unlinking a slab later would
@@ -992,6 +1065,10 @@ size_t hm_heap_collect_own(void) {
     bool gone = false;
     for (unsigned i = 0; i < ss->nslabs && !gone; i++) {
       slab_t *s = &ss->slabs[i];
+      if (s->in_use == SLAB_SPARSE) {
+        gone = sparse_watch(h, s);
+        continue;
+      }
       if (s->in_use != SLAB_LISTED || atomic_load_explicit(hm_slab_remote(s), memory_order_relaxed) <= REMOTE_NOTIFY) continue;
       slab_collect_remote(s);
       if (s->used == 0) gone = slab_release(h, s);

@@ -121,7 +121,7 @@ struct heap;
  * instead of the capacity, so that the first local free brings it to 0 and
  * takes the slow path (slab_unfull puts the true count back): free tests
  * "emptied or FULL" with one decrement. */
-enum { SLAB_UNUSED = 0, SLAB_ACTIVE = 1, SLAB_LISTED = 2, SLAB_FOREIGN = 3, SLAB_FULL = 4 };
+enum { SLAB_UNUSED = 0, SLAB_ACTIVE = 1, SLAB_LISTED = 2, SLAB_FOREIGN = 3, SLAB_FULL = 4, SLAB_SPARSE = 5 };
 
 #ifndef HAKMEM_SECURE
 /* Default: one line, all that malloc and free read and write, with the
@@ -331,6 +331,7 @@ typedef struct heap {
   slab_t *cur[NUM_CLASSES];        /* slab serving allocations (never NULL) */
   slab_t *avail[NUM_CLASSES];      /* other slabs of the class with free blocks */
   slab_t *avail_tail[NUM_CLASSES]; /* (FIFO: pushed at the tail) */
+  slab_t *sparse[NUM_CLASSES];     /* listed slabs mostly free, left to drain (LIFO) */
   superslab_t *partial[NUM_KINDS]; /* owned SSs with unused slabs */
   /* Blocks of other threads' slabs that this thread freed, per class, kept
    * for its own mallocs instead of being sent back one atomic push at a time

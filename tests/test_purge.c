@@ -17,7 +17,10 @@
  *              10% of the peak within about a second
  *   stats      HAKMEM_SS_OS_STATS=1 prints one well-formed line at exit
  *   steady     bench_random_mixed's loop at ws 400 and 40,000: no OS call
- *              after warm-up */
+ *              after warm-up
+ *   drain      HAKMEM_PURGE_DELAY_MS=0: one class raised to 64 MiB, 7 of 8
+ *              blocks freed at random, then churned at that level: the
+ *              slabs it no longer needs empty, go back, and are purged */
 #define _GNU_SOURCE
 #include "test_common.h"
 
@@ -510,6 +513,62 @@ static void t_steady(void) {
   }
 }
 
+/* The slab choice (docs/DESIGN.md, "Slabs"): after a peak, the slabs a
+ * class no longer needs must empty. Freed at random, every slab keeps an
+ * eighth of its blocks; churned at that level, a choice that hands out
+ * blocks from every slab with free ones in turn (FIFO) refills each before
+ * it can empty, and keeps four times the slabs needed. Counted by hakmem
+ * itself: the tiny lane's bytes in slabs (carved minus given back with
+ * emptied slabs) and the purged bytes; RSS as a cross-check. */
+static void t_drain(void) {
+  const size_t bs = 256, n = 64 * MiB / bs;
+  void **v = malloc(n * sizeof *v);
+  CHECK(v, "malloc of the pointer array");
+  struct hak_stats s0, s1, s2;
+  hak_stats_get(&s0);
+  for (size_t i = 0; i < n; i++) {
+    v[i] = malloc(bs);
+    CHECK(v[i], "malloc(%zu)", bs);
+    memset(v[i], 0x44, bs);
+  }
+  size_t rss_peak = tc_rss_bytes();
+  tc_rng r = {11};
+  size_t live = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (tc_below(&r, 8) == 0)
+      v[live++] = v[i];
+    else
+      free(v[i]);
+  }
+  hak_stats_get(&s1);
+  size_t peak_slabs = s1.lane[HAK_LANE_TINY].current - s0.lane[HAK_LANE_TINY].current;
+  struct hak_os_stats o1 = os();
+  /* Churn at the lower level: thirty times the live blocks replaced at random. */
+  for (size_t k = 0; k < 30 * live; k++) {
+    size_t j = tc_below(&r, live);
+    free(v[j]);
+    v[j] = malloc(bs);
+    CHECK(v[j], "malloc(%zu)", bs);
+    memset(v[j], 0x45, bs);
+  }
+  hak_stats_get(&s2);
+  struct hak_os_stats o2 = os();
+  size_t slabs = s2.lane[HAK_LANE_TINY].current - s0.lane[HAK_LANE_TINY].current;
+  size_t purged = o2.purged_bytes > o1.purged_bytes ? o2.purged_bytes - o1.purged_bytes : 0;
+  size_t rss = tc_rss_bytes();
+  printf("drain: %zu of %zu blocks live; tiny slabs %zu -> %zu MiB (live %zu MiB), %zu MiB purged, RSS %zu -> %zu MiB\n",
+         live, n, peak_slabs / MiB, slabs / MiB, live * bs / MiB, purged / MiB, rss_peak / MiB, rss / MiB);
+  CHECK(peak_slabs >= 60 * MiB, "the peak took %zu MiB of tiny slabs", peak_slabs / MiB);
+  /* Needed: about the live 8 MiB (FIFO alone kept 32 MiB after this churn,
+   * and 64 before it); the rest must have emptied. */
+  CHECK(slabs < 16 * MiB, "%zu MiB still in tiny slabs after churning 8 MiB of live blocks (peak %zu MiB)",
+        slabs / MiB, peak_slabs / MiB);
+  CHECK(purged >= 32 * MiB, "only %zu MiB purged of the emptied slabs", purged / MiB);
+  CHECK(rss < rss_peak - 32 * MiB, "RSS %zu MiB after the churn, %zu at the peak", rss / MiB, rss_peak / MiB);
+  for (size_t i = 0; i < live; i++) free(v[i]);
+  free(v);
+}
+
 int main(int argc, char **argv) {
   tc_test_name = "purge";
   if (!HAKMEM_SPECIFIC) return 77;
@@ -529,6 +588,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(m, "stats")) t_stats();
   else if (!strcmp(m, "stats_child")) stats_child();
   else if (!strcmp(m, "steady")) t_steady();
+  else if (!strcmp(m, "drain")) t_drain();
   else FAILF("unknown mode %s", m);
   printf("purge %s: ok\n", m);
   return 0;
