@@ -620,14 +620,14 @@ static void *heap_alloc(heap_t *h, unsigned c) {
       stale = true;
     } else if (s != &hm_empty_slab) {
       hm_check_slab(s);
-      /* Freed blocks first, then the class's other slabs' and the foreign
-       * cache's, and only then fresh memory: touched pages are reused
-       * before new ones are touched. (Not a sparse slab's: taken only
-       * when nothing else is left, and the current slab, put back on
-       * avail to carve later, would be taken first again.) */
+      /* Freed blocks first, then the class's other slabs' (sparse ones
+       * included), the foreign cache's, and only then fresh memory:
+       * touched pages are reused before new ones are touched. Carving
+       * while sparse slabs held free blocks let RSS creep over a long
+       * run (bench_soak, 30 minutes). */
       slab_t *next = h->avail[c];
-      bool elsewhere = (next != NULL && slab_has_freed(next)) || h->foreign[c].local_free != NULL ||
-                       h->foreign[c].free != NULL;
+      bool elsewhere = (next != NULL && slab_has_freed(next)) || h->sparse[c] != NULL ||
+                       h->foreign[c].local_free != NULL || h->foreign[c].free != NULL;
       if (slab_refill(s) || (!elsewhere && slab_refill_carve(s))) {
         block_t *b = s->free;
 #ifdef HAKMEM_SECURE
@@ -659,10 +659,14 @@ static void *heap_alloc(heap_t *h, unsigned c) {
       sparse_push(h, s);
       sparse_watch(h, s);
     }
-    if (s != NULL) {
+    /* A listed slab with freed blocks, else a sparse one (its free blocks
+     * before anyone's uncarved room: a sparse slab always has some, as
+     * used < carved), else one with room to carve. */
+    if (s != NULL && (h->sparse[c] == NULL || slab_has_freed(s))) {
       HM_STAT_REFILL(h, HM_REFILL_LISTED, 0);
       avail_unlink(h, s);
-    } else if ((s = h->sparse[c]) != NULL) {
+    } else if (h->sparse[c] != NULL) {
+      s = h->sparse[c];
       HM_STAT_REFILL(h, HM_REFILL_LISTED, 0);
       sparse_unlink(h, s);
       slab_collect_remote(s); /* (clears the notify bit) */
