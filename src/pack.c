@@ -228,7 +228,7 @@ static unsigned slot_of(const pack_t *p) {
 
 /* longest[i] = v, and up the tree as far as a node changes (a larger
  * value rises while it beats the node). */
-static void set_longest(unsigned i, unsigned v) {
+HM_INLINE void set_longest(unsigned i, unsigned v) {
   unsigned old = longest[i], j = tleaves + i;
   longest[i] = (uint16_t)v;
   tree[j] = (uint16_t)v;
