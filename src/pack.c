@@ -55,6 +55,11 @@ static pthread_mutex_t pack_lock = PTHREAD_MUTEX_INITIALIZER;
 static pack_t *packs[PACK_SLOTS];       /* by address */
 static unsigned npacks;
 static uint16_t longest[PACK_SLOTS];    /* = the longest free run of packs[i] */
+/* A max-tree over longest[]: tree[1] the root, tree[j] = max(tree[2j],
+ * tree[2j+1]), pack i's leaf at tree[tleaves + i] (tleaves: a power of two
+ * >= npacks; leaves past npacks are 0, which fits no block). */
+static uint16_t tree[2 * PACK_SLOTS];
+static unsigned tleaves = 1;
 static _Atomic size_t clean_free;       /* free pages not resident (bytes; hakmem's estimate) */
 static uint64_t last_alloc_ns;          /* the last block handed out (hm_pack_purge) */
 
@@ -62,35 +67,45 @@ static uint64_t last_alloc_ns;          /* the last block handed out (hm_pack_pu
 
 static bool bit(const uint64_t *m, unsigned i) { return (m[i >> 6] >> (i & 63)) & 1u; }
 
+/* Bits [s, s+n) of a map, n >= 1, word by word: words a..b, the first
+ * word's bits from s on (*first), the last's up to s+n-1 (*last). */
+static inline void span_words(unsigned s, unsigned n, unsigned *a, unsigned *b, uint64_t *first, uint64_t *last) {
+  *a = s >> 6;
+  *b = (s + n - 1) >> 6;
+  *first = ~(uint64_t)0 << (s & 63);
+  *last = ~(uint64_t)0 >> (63 - ((s + n - 1) & 63));
+}
+
 /* Set (v) or clear bits [s, s+n). */
 static inline void bits_put(uint64_t *m, unsigned s, unsigned n, bool v) {
-  if ((s & 63) + n <= 64 && n != 0) { /* one word: the commonest case (a bit, a short run) */
-    uint64_t mask = (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << (s & 63);
-    if (v) m[s >> 6] |= mask;
-    else m[s >> 6] &= ~mask;
-    return;
+  if (n == 0) return;
+  unsigned a, b;
+  uint64_t first, last;
+  span_words(s, n, &a, &b, &first, &last);
+  if (a == b) first &= last;
+  else {
+    for (unsigned w = a + 1; w < b; w++) m[w] = v ? ~(uint64_t)0 : 0;
+    m[b] = v ? m[b] | last : m[b] & ~last;
   }
-  while (n != 0) {
-    unsigned o = s & 63, k = 64 - o < n ? 64 - o : n;
-    uint64_t mask = (k == 64 ? ~(uint64_t)0 : (((uint64_t)1 << k) - 1)) << o;
-    if (v) m[s >> 6] |= mask;
-    else m[s >> 6] &= ~mask;
-    s += k;
-    n -= k;
-  }
+  m[a] = v ? m[a] | first : m[a] & ~first;
+}
+
+/* Bits of x under mask, of which there are width (mostly all set or all
+ * clear: no popcount, which is a library call without -mpopcnt). */
+static inline unsigned count_word(uint64_t x, uint64_t mask, unsigned width) {
+  x &= mask;
+  return x == mask ? width : x == 0 ? 0 : (unsigned)__builtin_popcountll(x);
 }
 
 /* Bits set in [s, s+n). */
 static inline unsigned bits_count(const uint64_t *m, unsigned s, unsigned n) {
-  unsigned c = 0;
-  while (n != 0) {
-    unsigned o = s & 63, k = 64 - o < n ? 64 - o : n;
-    uint64_t mask = (k == 64 ? ~(uint64_t)0 : (((uint64_t)1 << k) - 1)) << o;
-    uint64_t w = m[s >> 6] & mask;
-    c += w == mask ? k : (unsigned)__builtin_popcountll(w); /* (mostly all set: no popcount) */
-    s += k;
-    n -= k;
-  }
+  if (n == 0) return 0;
+  unsigned a, b;
+  uint64_t first, last;
+  span_words(s, n, &a, &b, &first, &last);
+  if (a == b) return count_word(m[a], first & last, n);
+  unsigned c = count_word(m[a], first, 64 - (s & 63)) + count_word(m[b], last, ((s + n - 1) & 63) + 1);
+  for (unsigned w = a + 1; w < b; w++) c += count_word(m[w], ~(uint64_t)0, 64);
   return c;
 }
 
@@ -129,37 +144,72 @@ static unsigned longest_run(const pack_t *p) {
   return best;
 }
 
-/* The first page of the shortest free run of p of at least k pages; *run:
- * its length. */
-static unsigned best_fit(const pack_t *p, unsigned k, unsigned *run) {
-  unsigned at = 0, len = PACK_PAGES;
+/* The first page of the shortest free run of p of at least k pages (0 if
+ * none), and in *left p's longest free run once k pages at its start are
+ * taken: the walk that finds the run also sees all the others, unless it
+ * stops at an exact fit shorter than the longest (which then stays). */
+static unsigned best_fit(const pack_t *p, unsigned k, unsigned *left) {
+  unsigned at = 0, len = PACK_PAGES, other = 0, lim = longest[p->slot];
   for (unsigned r = bits_next(p->used, 1, false); r < PACK_PAGES;) {
-    unsigned e = bits_next(p->used, r, true);
-    if (e - r >= k && e - r < len) {
+    unsigned e = bits_next(p->used, r, true), n = e - r;
+    if (n >= k && n < len) {
+      if (at != 0 && len > other) other = len; /* the run it had */
       at = r;
-      len = e - r;
-      if (len == k) break;
+      len = n;
+      if (len == k && len < lim) break;
+    } else if (n > other) {
+      other = n;
     }
     r = bits_next(p->used, e, false);
   }
-  *run = len;
+  *left = len < lim ? lim : len - k > other ? len - k : other;
   return at;
 }
 
-/* Pages [s, s+k) of p leave the free pages (a block, or a run to purge). */
-static unsigned take_pages(pack_t *p, unsigned s, unsigned k) {
-  unsigned dirty = bits_count(p->dirty, s, k);
-  if (dirty != k) atomic_fetch_sub_explicit(&clean_free, (size_t)(k - dirty) * PAGE_SIZE_, memory_order_relaxed);
-  bits_put(p->used, s, k, true);
+/* What becomes of pages that leave the free pages or join them. */
+enum span_op { TAKE_BLOCK, TAKE_RUN, GIVE };
+
+/* Word w of a span of pages of p, under mask m: they are marked used
+ * (TAKE_*: a block's also dirty, and none of them is a freed start any
+ * more) or free (GIVE). Returns how many of them were clean. */
+HM_INLINE unsigned span_word(pack_t *p, unsigned w, uint64_t m, enum span_op op) {
+  uint64_t c = ~p->dirty[w] & m;
+  if (op == GIVE) p->used[w] &= ~m;
+  else p->used[w] |= m;
+  if (op == TAKE_BLOCK) {
+    p->dirty[w] |= m;
+    p->freed[w] &= ~m;
+  }
+  return c == 0 ? 0 : (unsigned)__builtin_popcountll(c); /* (mostly all dirty) */
+}
+
+/* span_word over pages [s, s+k), k >= 1, in one pass; their clean pages. */
+HM_INLINE unsigned span_apply(pack_t *p, unsigned s, unsigned k, enum span_op op) {
+  unsigned a, b;
+  uint64_t first, last, all = ~(uint64_t)0;
+  span_words(s, k, &a, &b, &first, &last);
+  if (a == b) return span_word(p, a, first & last, op);
+  unsigned clean = span_word(p, a, first, op) + span_word(p, b, last, op);
+  /* (a mask the compiler cannot see through: else the stores of the middle
+   * words, a few at most, become memset calls) */
+  __asm__("" : "+r"(all));
+  for (unsigned w = a + 1; w < b; w++) clean += span_word(p, w, all, op);
+  return clean;
+}
+
+/* Pages [s, s+k) of p leave the free pages: a block's (block), or a run to
+ * purge. Returns how many of them may have been resident. */
+HM_INLINE unsigned take_pages(pack_t *p, unsigned s, unsigned k, bool block) {
+  unsigned clean = span_apply(p, s, k, block ? TAKE_BLOCK : TAKE_RUN);
+  if (clean != 0) atomic_fetch_sub_explicit(&clean_free, (size_t)clean * PAGE_SIZE_, memory_order_relaxed);
   p->free_pages -= k;
-  return dirty; /* of the k pages, those that may be resident */
+  return k - clean;
 }
 
 /* Pages [s, s+k) of p become free. */
 static void give_pages(pack_t *p, unsigned s, unsigned k) {
-  unsigned dirty = bits_count(p->dirty, s, k);
-  if (dirty != k) atomic_fetch_add_explicit(&clean_free, (size_t)(k - dirty) * PAGE_SIZE_, memory_order_relaxed);
-  bits_put(p->used, s, k, false);
+  unsigned clean = span_apply(p, s, k, GIVE);
+  if (clean != 0) atomic_fetch_add_explicit(&clean_free, (size_t)clean * PAGE_SIZE_, memory_order_relaxed);
   p->free_pages += k;
   if (p->free_pages == PACK_PAGES - 1 && p->empty_ns == 0) p->empty_ns = hm_now_ns();
 }
@@ -174,17 +224,64 @@ static unsigned slot_of(const pack_t *p) {
   return lo;
 }
 
+/* ---- the lowest pack that fits (lock held) ------------------------------------ */
+
+/* longest[i] = v, and up the tree as far as a node changes (a larger
+ * value rises while it beats the node). */
+HM_INLINE void set_longest(unsigned i, unsigned v) {
+  unsigned old = longest[i], j = tleaves + i;
+  longest[i] = (uint16_t)v;
+  tree[j] = (uint16_t)v;
+  if (v > old) {
+    for (j >>= 1; j != 0 && tree[j] < v; j >>= 1) tree[j] = (uint16_t)v;
+    return;
+  }
+  for (j >>= 1; j != 0; j >>= 1) {
+    uint16_t l = tree[2 * j], r = tree[2 * j + 1], m = l > r ? l : r;
+    if (tree[j] == m) break;
+    tree[j] = m;
+  }
+}
+
+/* The tree afresh from longest[] (packs[] gained or lost one). */
+static void tree_build(void) {
+  tleaves = 1;
+  while (tleaves < npacks) tleaves *= 2;
+  memcpy(&tree[tleaves], longest, npacks * sizeof longest[0]);
+  memset(&tree[tleaves + npacks], 0, (tleaves - npacks) * sizeof tree[0]);
+  for (unsigned j = tleaves - 1; j != 0; j--) tree[j] = tree[2 * j] > tree[2 * j + 1] ? tree[2 * j] : tree[2 * j + 1];
+}
+
+/* The lowest i with longest[i] >= k (npacks if none), k >= 1. */
+static unsigned lowest_fit(unsigned k) {
+  if (tree[1] < k) return npacks;
+  unsigned j = 1;
+  while (j < tleaves) {
+    j *= 2;
+    if (tree[j] < k) j++; /* not in the left half: the right one has it */
+  }
+  return j - tleaves;
+}
+
+#ifdef HAKMEM_DEBUG
+static unsigned lowest_fit_scan(unsigned k) {
+  unsigned i = 0;
+  while (i < npacks && longest[i] < k) i++;
+  return i;
+}
+#endif
+
 /* p's longest free run after a block left the run of free pages around
  * page s (only that run can have grown). */
 static void refresh_freed(pack_t *p, unsigned s) {
   unsigned a = bits_prev_set(p->used, s) + 1, e = bits_next(p->used, s, true);
-  if (e - a > longest[p->slot]) longest[p->slot] = (uint16_t)(e - a);
+  if (e - a > longest[p->slot]) set_longest(p->slot, e - a);
 }
 
 /* p's longest free run after pages were taken from a run of len pages
  * (only if that was the longest can the longest have shrunk). */
 static void refresh_taken(pack_t *p, unsigned len) {
-  if (len >= longest[p->slot]) longest[p->slot] = (uint16_t)longest_run(p);
+  if (len >= longest[p->slot]) set_longest(p->slot, longest_run(p));
 }
 
 /* Number the packs from i on (after an insertion or removal). */
@@ -192,17 +289,17 @@ static void renumber(unsigned i) {
   for (; i < npacks; i++) packs[i]->slot = i;
 }
 
-/* A block of k pages at page s of p. Returns whether its pages were all
- * clean (read as zeros). */
-static bool place(pack_t *p, unsigned s, unsigned k, unsigned run, uint64_t now) {
-  unsigned dirty = take_pages(p, s, k);
-  if (dirty != k) bits_put(p->dirty, s, k, true);
+/* A block of k pages at page s of p, after which p's longest free run is
+ * left pages long. Returns whether its pages were all clean (read as
+ * zeros). */
+static bool place(pack_t *p, unsigned s, unsigned k, unsigned left, uint64_t now) {
+  unsigned dirty = take_pages(p, s, k, true);
   p->start[s >> 6] |= (uint64_t)1 << (s & 63);
-  bits_put(p->freed, s, k, false);
   p->pages[s] = (uint16_t)k;
   p->empty_ns = 0;
   if (dirty < k && p->purged_ns != 0) hm_purge_regret(p->purged_ns, now); /* faults again */
-  refresh_taken(p, run);
+  if (left != longest[p->slot]) set_longest(p->slot, left);
+  HM_ASSERT(left == longest_run(p));
   return dirty == 0;
 }
 
@@ -234,6 +331,7 @@ static bool pack_insert(pack_t *p) {
   size_t clean = PACK_PAGES - bits_count(p->dirty, 0, PACK_PAGES);
   atomic_fetch_add_explicit(&clean_free, clean * PAGE_SIZE_, memory_order_relaxed);
   longest[i] = (uint16_t)longest_run(p);
+  tree_build();
   hm_reg_set((uintptr_t)p, REG_LARGE_PACK);
   return true;
 }
@@ -254,13 +352,14 @@ void *hm_pack_alloc(size_t n, bool zero) {
       hm_large_chunk_give(fresh);
       return NULL; /* the caller maps a span */
     }
-    unsigned i = 0;
-    while (i < npacks && longest[i] < k) i++; /* the lowest pack that fits */
+    unsigned i = lowest_fit(k);
+    HM_ASSERT(i == lowest_fit_scan(k));
     if (i < npacks) {
       pack_t *p = packs[i];
-      unsigned run, s = best_fit(p, k, &run);
-      HM_ASSERT(s != 0 && longest[i] == longest_run(p));
-      bool clean = place(p, s, k, run, now);
+      HM_ASSERT(longest[i] == longest_run(p));
+      unsigned left, s = best_fit(p, k, &left);
+      HM_ASSERT(s != 0);
+      bool clean = place(p, s, k, left, now);
       pthread_mutex_unlock(&pack_lock);
       char *b = page_addr(p, s);
       if (zero && !clean) memset(b, 0, n);
@@ -375,9 +474,7 @@ bool hm_pack_resize(void *p, size_t n) {
     unsigned end = bits_next(pk->used, s + old, true);
     done = end >= s + k; /* (end <= PACK_PAGES) */
     if (done) {
-      unsigned dirty = take_pages(pk, s + old, k - old);
-      if (dirty != k - old) bits_put(pk->dirty, s + old, k - old, true);
-      bits_put(pk->freed, s + old, k - old, false);
+      unsigned dirty = take_pages(pk, s + old, k - old, true);
       pk->pages[s] = (uint16_t)k;
       if (dirty < k - old && pk->purged_ns != 0) hm_purge_regret(pk->purged_ns, now);
       refresh_taken(pk, end - (s + old));
@@ -419,7 +516,7 @@ static unsigned claim_runs(uint64_t now, uint64_t empty_idle_ns, size_t *budget,
       unsigned e = bits_next(cand, j, false);
       size_t bytes = (size_t)(e - j) * PAGE_SIZE_;
       *budget = bytes >= *budget ? 0 : *budget - bytes;
-      take_pages(pk, j, e - j);
+      take_pages(pk, j, e - j, false);
       refresh_taken(pk, PACK_PAGES); /* (recomputed) */
       out[n++] = (run_t){pk, (uint16_t)j, (uint16_t)(e - j)};
       j = bits_next(cand, e, true);
@@ -492,6 +589,7 @@ size_t hm_pack_release(void) {
       memmove(&longest[i], &longest[i + 1], (npacks - i - 1) * sizeof longest[0]);
       npacks--;
       renumber(i);
+      tree_build();
       size_t clean = PACK_PAGES - bits_count(empty->dirty, 0, PACK_PAGES);
       atomic_fetch_sub_explicit(&clean_free, clean * PAGE_SIZE_, memory_order_relaxed);
     }

@@ -15,6 +15,12 @@
  *   window    after many blocks grown by realloc, new blocks take spans;
  *             after many kept at their size, packs again
  *   off       HAKMEM_LARGE_PACK=0: a block takes a 2 MiB span
+ *   order     every block lands where a model of the policy (the lowest
+ *             pack, by address, with a free run that fits; the shortest
+ *             such run there) puts it, through thousands of mallocs, frees,
+ *             reallocs and malloc_trims over tens of packs: the search's
+ *             tree over the packs' longest runs must follow every change
+ *             (run with HAKMEM_PURGE=off: a purge step holds runs)
  */
 #define _GNU_SOURCE
 #include <malloc.h>
@@ -206,6 +212,157 @@ static void test_off(void) {
   free(p);
 }
 
+/* ---- order: placement against an independent model ------------------------ */
+
+#define MPAGES ((unsigned)(SS_SIZE / PG)) /* a pack's pages; page 0 is its header */
+#define MPACKS 256
+
+/* The model's packs, by address: which pages are in blocks. */
+static struct mpack {
+  uintptr_t base;
+  unsigned char used[MPAGES];
+} mp[MPACKS];
+static unsigned nmp;
+
+static struct mpack *mp_of(const void *b) {
+  for (unsigned i = 0; i < nmp; i++)
+    if (mp[i].base == chunk(b)) return &mp[i];
+  return NULL;
+}
+
+/* Pages [first page of b, +k) become used (v) or free. */
+static void mp_mark(const void *b, unsigned k, bool v) {
+  struct mpack *m = mp_of(b);
+  CHECK(m != NULL, "%p is in no pack of the model", b);
+  unsigned s = (unsigned)(((uintptr_t)b - m->base) / PG);
+  CHECK(s != 0 && s + k <= MPAGES, "block %p of %u pages out of its pack", b, k);
+  for (unsigned i = s; i < s + k; i++) {
+    CHECK(m->used[i] != v, "page %u of the pack at %#lx is %s already", i, (unsigned long)m->base, v ? "used" : "free");
+    m->used[i] = v;
+  }
+}
+
+/* Where the policy puts a block of k pages: the lowest pack with a free
+ * run of k pages, its shortest such run (the first of equals); NULL: a new
+ * pack. */
+static char *mp_expect(unsigned k) {
+  for (unsigned i = 0; i < nmp; i++) {
+    unsigned at = 0, len = MPAGES;
+    for (unsigned r = 1; r < MPAGES;) {
+      if (mp[i].used[r]) {
+        r++;
+        continue;
+      }
+      unsigned e = r;
+      while (e < MPAGES && !mp[i].used[e]) e++;
+      if (e - r >= k && e - r < len) at = r, len = e - r;
+      r = e;
+    }
+    if (at != 0) return (char *)(mp[i].base + at * PG);
+  }
+  return NULL;
+}
+
+/* A block of k pages was placed at got: where the model says. */
+static void mp_placed(const char *got, unsigned k, const char *what) {
+  char *want = mp_expect(k);
+  if (want != NULL) {
+    CHECK(got == want, "%s of %u pages at %p, the lowest pack's best fit is %p", what, k, (const void *)got,
+          (void *)want);
+  } else {
+    CHECK(mp_of(got) == NULL && (uintptr_t)got == chunk(got) + PG, "%s of %u pages at %p, a new pack's page 1 expected",
+          what, k, (const void *)got);
+    CHECK(nmp < MPACKS, "more than %u packs", MPACKS);
+    unsigned i = nmp++;
+    for (; i > 0 && mp[i - 1].base > chunk(got); i--) mp[i] = mp[i - 1];
+    memset(&mp[i], 0, sizeof mp[i]);
+    mp[i].base = chunk(got);
+    mp[i].used[0] = 1;
+  }
+  mp_mark(got, k, true);
+}
+
+/* malloc_trim: the empty packs leave. */
+static void mp_trim(void) {
+  unsigned j = 0;
+  for (unsigned i = 0; i < nmp; i++) {
+    unsigned busy = 0;
+    for (unsigned pg = 1; pg < MPAGES; pg++) busy += mp[i].used[pg];
+    if (busy != 0) mp[j++] = mp[i];
+  }
+  nmp = j;
+}
+
+static unsigned pages_for(size_t n) { return (unsigned)((n + PG - 1) / PG); }
+
+static void test_order(void) {
+  const char *v = getenv("HAKMEM_PURGE");
+  if (v == NULL || strcmp(v, "off") != 0) FAILF("run with HAKMEM_PURGE=off");
+  enum { SLOTS = 512, OPS = 40000 };
+  static char *blk[SLOTS];
+  static unsigned pages[SLOTS];
+  tc_rng r = {12345};
+  malloc_trim(0);
+  unsigned npk_max = 0, moved = 0, in_place = 0;
+  for (unsigned op = 0; op < OPS; op++) {
+    unsigned j = (unsigned)tc_below(&r, SLOTS);
+    /* mostly blocks of a few pages to a quarter of a pack, some to 1 MiB:
+     * the low packs fill with small ones, large ones go higher */
+    size_t n = SMALL_MAX + 1 + tc_below(&r, tc_below(&r, 4) == 0 ? HM_PACK_MAX - SMALL_MAX : 128 * KiB);
+    unsigned k = pages_for(n);
+    if (blk[j] == NULL) {
+      blk[j] = malloc(n);
+      CHECK(blk[j] != NULL, "malloc");
+      mp_placed(blk[j], k, "malloc");
+      pages[j] = k;
+    } else if (tc_below(&r, 32) == 0) {
+      /* realloc: in place if the pages after it are free, else moved (the
+       * new block placed while the old one is held) */
+      struct mpack *m = mp_of(blk[j]);
+      unsigned s = (unsigned)(((uintptr_t)blk[j] - m->base) / PG), end = s + pages[j];
+      while (end < MPAGES && !m->used[end]) end++;
+      char *q = realloc(blk[j], n);
+      CHECK(q != NULL, "realloc");
+      if (k <= pages[j] || s + k <= end) {
+        CHECK(q == blk[j], "realloc of %u to %u pages (free up to page %u) moved %p -> %p", pages[j], k, end,
+              (void *)blk[j], (void *)q);
+        if (k < pages[j]) mp_mark(blk[j] + (size_t)k * PG, pages[j] - k, false);
+        if (k > pages[j]) mp_mark(blk[j] + (size_t)pages[j] * PG, k - pages[j], true);
+        in_place++;
+      } else {
+        mp_placed(q, k, "realloc");
+        mp_mark(blk[j], pages[j], false);
+        moved++;
+      }
+      blk[j] = q;
+      pages[j] = k;
+    } else {
+      free(blk[j]);
+      mp_mark(blk[j], pages[j], false);
+      blk[j] = NULL;
+    }
+    if (nmp > npk_max) npk_max = nmp;
+    if (op % 8000 == 7999) {
+      /* empty a band of middle packs, and drop the empty packs: the packs
+       * above move down in the search's arrays */
+      uintptr_t lo = nmp > 4 ? mp[nmp / 4].base : 0, hi = nmp > 4 ? mp[nmp / 2].base : 0;
+      for (unsigned i = 0; i < SLOTS; i++) {
+        if (blk[i] != NULL && chunk(blk[i]) >= lo && chunk(blk[i]) <= hi) {
+          free(blk[i]);
+          mp_mark(blk[i], pages[i], false);
+          blk[i] = NULL;
+        }
+      }
+      malloc_trim(0);
+      mp_trim();
+    }
+  }
+  CHECK(npk_max >= 40 && moved >= 10 && in_place >= 10, "too easy a run: %u packs at most, %u reallocs moved, %u in place",
+        npk_max, moved, in_place);
+  printf("pack order: %u ops, up to %u packs, %u reallocs moved, %u in place\n", (unsigned)OPS, npk_max, moved, in_place);
+  for (unsigned i = 0; i < SLOTS; i++) free(blk[i]);
+}
+
 int main(int argc, char **argv) {
   tc_test_name = "pack";
   if (!HAKMEM_SPECIFIC) return 77;
@@ -213,10 +370,10 @@ int main(int argc, char **argv) {
     const char *name;
     void (*fn)(void);
   } parts[] = {{"layout", test_layout}, {"realloc", test_realloc}, {"purge", test_purge}, {"window", test_window},
-                 {"off", test_off}};
+                 {"off", test_off},       {"order", test_order}};
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
     if (argc > 1 && strcmp(argv[1], parts[i].name) != 0) continue;
-    if (argc == 1 && strcmp(parts[i].name, "off") == 0) continue;
+    if (argc == 1 && (strcmp(parts[i].name, "off") == 0 || strcmp(parts[i].name, "order") == 0)) continue;
     parts[i].fn();
     printf("pack %s: ok\n", parts[i].name);
   }
