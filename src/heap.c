@@ -622,9 +622,8 @@ static void *heap_alloc(heap_t *h, unsigned c) {
       hm_check_slab(s);
       /* Freed blocks first, then the class's other slabs' (sparse ones
        * included), the foreign cache's, and only then fresh memory:
-       * touched pages are reused before new ones are touched. Carving
-       * while sparse slabs held free blocks let RSS creep over a long
-       * run (bench_soak, 30 minutes). */
+       * touched pages are reused before new ones are touched (test
+       * purge_sparse_first). */
       slab_t *next = h->avail[c];
       bool elsewhere = (next != NULL && slab_has_freed(next)) || h->sparse[c] != NULL ||
                        h->foreign[c].local_free != NULL || h->foreign[c].free != NULL;
