@@ -457,11 +457,11 @@ HM_HIDDEN size_t hm_backend_cached_bytes(void);
 HM_HIDDEN size_t hm_os_purged_bytes(void);
 /* heap.c, for the report: bytes in blocks handed out, per slab lane */
 HM_HIDDEN void hm_ss_in_use(superslab_t *ss, size_t in_use[2]);
-/* The report's resident breakdown (mincore): bytes resident in [p, p+len);
- * of the cached empty SuperSlabs; of a SuperSlab's slabs in use (by kind,
- * res[kind]) and unused (res[NUM_KINDS], header included); of the large
- * lane's spans in use (res[0]) and cached (res[1]) and of its packs
- * (res[2]). */
+/* The report's resident breakdown (pagemap, else mincore): bytes resident
+ * in [p, p+len); of the cached empty SuperSlabs; of a SuperSlab's slabs in
+ * use (by kind, res[kind]) and unused (res[NUM_KINDS], header included); of
+ * the large lane's spans in use (res[0]) and cached (res[1]) and of its
+ * packs (res[2]). */
 HM_HIDDEN size_t hm_os_resident(const void *p, size_t len);
 HM_HIDDEN size_t hm_backend_cached_resident_now(void);
 HM_HIDDEN void hm_ss_resident(superslab_t *ss, size_t res[NUM_KINDS + 1]);

@@ -205,7 +205,7 @@ static void put_mib(struct sink *o, const char *label, size_t bytes) {
   put(o, " MiB");
 }
 
-/* Where the resident memory is (mincore; the report only). */
+/* Where the resident memory is (pagemap; the report only). */
 static void resident_line(struct sink *o) {
   size_t ss[NUM_KINDS + 1] = {0}, large[3] = {0};
   hm_backend_walk_ss(add_resident, ss);

@@ -225,6 +225,43 @@ static void test_print(void) {
   printf("  hak_stats_print: every section present\n");
 }
 
+/* The report's "large spans in use" figure, in MiB. */
+static size_t spans_in_use_mib(void) {
+  FILE *f = tmpfile();
+  CHECK(f != NULL, "tmpfile");
+  hak_stats_print(f);
+  rewind(f);
+  char buf[32768];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  const char *at = strstr(buf, "large spans in use ");
+  size_t mib = 0;
+  CHECK(at != NULL && sscanf(at + 19, "%zu", &mib) == 1, "no resident line:\n%s", buf);
+  return mib;
+}
+
+/* Pages the program only read are not resident (they map the kernel's zero
+ * page, which mincore counts); pages it wrote are. */
+static void test_resident(void) {
+  const size_t len = 16 * MiB, page = (size_t)sysconf(_SC_PAGESIZE);
+  malloc_trim(0); /* no cached span with old contents: the block is fresh memory */
+  size_t before = spans_in_use_mib();
+  volatile unsigned char *p = tc_escape(malloc(len));
+  CHECK(p != NULL, "malloc(16 MiB)");
+  unsigned sum = 0;
+  for (size_t i = 0; i < len; i += page) sum += p[i];
+  CHECK(sum == 0, "a fresh span reads zeros");
+  size_t read_only = spans_in_use_mib();
+  for (size_t i = 0; i < len; i += page) p[i] = 1;
+  size_t written = spans_in_use_mib();
+  free((void *)p);
+  CHECK(read_only <= before + 1, "16 MiB only read count as %zu MiB resident (%zu before)", read_only - before,
+        before);
+  CHECK(written >= before + 15, "16 MiB written count as %zu MiB resident (%zu before)", written - before, before);
+  printf("  resident: a span only read %zu MiB, written %zu MiB\n", read_only - before, written - before);
+}
+
 /* ---- the report at exit, in a child ---------------------------------- */
 
 static void *spin(void *arg) {
@@ -303,6 +340,7 @@ int main(int argc, char **argv) {
   test_remote();
   test_mallinfo();
   test_print();
+  test_resident();
   test_report_at_exit();
   printf("stats: OK\n");
   return 0;
