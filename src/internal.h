@@ -47,6 +47,9 @@
 #define HM_POOL_SHIFT 18
 #endif
 #define SMALL_MAX ((size_t)1 << HM_POOL_SHIFT)
+/* The largest block of a medium slab; the classes above take big slabs,
+ * whose mallocs hand out the lowest free block (hm_malloc_big). */
+#define MEDIUM_MAX ((size_t)64 << 10)
 #define NUM_CLASSES (16 + 8 * (HM_POOL_SHIFT - 8))
 
 /* Slab kinds: one slab size per SuperSlab, chosen by the block size so that
@@ -412,6 +415,7 @@ extern void __libc_free(void *);
 HM_HIDDEN void hm_heap_process_init(void);
 HM_HIDDEN void *hm_alloc_slow(size_t n);
 HM_HIDDEN void *hm_alloc_class(unsigned cls);
+HM_HIDDEN void *hm_malloc_big(size_t n);
 HM_HIDDEN void hm_free_local_slow(heap_t *h, slab_t *s);
 HM_HIDDEN void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b);
 HM_HIDDEN void hm_free_push_slow(heap_t *h, superslab_t *ss, slab_t *t, block_t *b);
@@ -823,7 +827,8 @@ HM_INLINE void *hm_slab_pop(heap_t *h, slab_t *s, size_t n) {
 HM_INLINE void *hm_malloc_small(size_t n) {
   heap_t *h = hm_tls_heap;
   if (likely(n <= TINY_MAX)) return hm_slab_pop(h, h->direct[(n + 15) >> 4], n);
-  return hm_slab_pop(h, h->cur[hm_size_class(n)], n);
+  if (likely(n <= MEDIUM_MAX)) return hm_slab_pop(h, h->cur[hm_size_class(n)], n);
+  return hm_malloc_big(n);
 }
 
 /* (Not written as hm_malloc_small behind a SMALL_MAX test: testing TINY_MAX
@@ -831,7 +836,8 @@ HM_INLINE void *hm_malloc_small(size_t n) {
 HM_INLINE void *hm_malloc(size_t n) {
   heap_t *h = hm_tls_heap;
   if (likely(n <= TINY_MAX)) return hm_slab_pop(h, h->direct[(n + 15) >> 4], n);
-  if (likely(n <= SMALL_MAX)) return hm_slab_pop(h, h->cur[hm_size_class(n)], n);
+  if (likely(n <= MEDIUM_MAX)) return hm_slab_pop(h, h->cur[hm_size_class(n)], n);
+  if (n <= SMALL_MAX) return hm_malloc_big(n);
   return hm_large_alloc(n, 0);
 }
 

@@ -22,7 +22,10 @@
  *              blocks freed at random, then churned at that level: the
  *              slabs it no longer needs empty, go back, and are purged
  *   sparse_first  a sparse slab's free blocks are handed out before the
- *              current slab carves fresh ones */
+ *              current slab carves fresh ones
+ *   big_lowest a class of big slabs (blocks above 64 KiB) hands out its lowest
+ *              free block: a few blocks in use at a time keep taking the
+ *              same lowest ones, and the rest stay untouched */
 #define _GNU_SOURCE
 #include "test_common.h"
 
@@ -616,6 +619,64 @@ static void t_sparse_first(void) {
   for (size_t i = 0; i < N; i++) free(v[i]);
 }
 
+static int cmp_ptr(const void *x, const void *y) {
+  uintptr_t a = (uintptr_t) * (void *const *)x, b = (uintptr_t) * (void *const *)y;
+  return a < b ? -1 : a > b;
+}
+
+static void t_big_lowest(void) {
+  enum { N = 12, LIVE = 3, ROUNDS = 300 };
+  const size_t bs = 100 << 10;
+  void *v[N], *sorted[N];
+  for (int i = 0; i < N; i++) {
+    v[i] = malloc(bs);
+    CHECK(v[i], "malloc(%zu)", bs);
+    ((char *)v[i])[0] = ((char *)v[i])[bs - 1] = 1;
+    sorted[i] = v[i];
+  }
+  qsort(sorted, N, sizeof sorted[0], cmp_ptr);
+  tc_rng r = {7};
+  for (int i = N - 1; i > 0; i--) { /* freed in a random order */
+    int j = (int)tc_below(&r, (uint64_t)i + 1);
+    void *t = v[i];
+    v[i] = v[j];
+    v[j] = t;
+  }
+  for (int i = 0; i < N; i++) free(v[i]);
+  /* LIVE blocks at a time, freed in a random order, many times over */
+  int used[N] = {0}, outside = 0;
+  for (int k = 0; k < ROUNDS; k++) {
+    void *w[LIVE];
+    for (int i = 0; i < LIVE; i++) {
+      w[i] = malloc(bs);
+      CHECK(w[i], "malloc(%zu)", bs);
+      ((char *)w[i])[0] = ((char *)w[i])[bs - 1] = 2;
+      int at = -1;
+      for (int j = 0; j < N; j++)
+        if (sorted[j] == w[i]) at = j;
+      if (at < 0)
+        outside++;
+      else
+        used[at]++;
+    }
+    for (int i = LIVE - 1; i > 0; i--) {
+      int j = (int)tc_below(&r, (uint64_t)i + 1);
+      void *t = w[i];
+      w[i] = w[j];
+      w[j] = t;
+    }
+    for (int i = 0; i < LIVE; i++) free(w[i]);
+  }
+  int distinct = 0;
+  for (int j = 0; j < N; j++) distinct += used[j] != 0;
+  printf("big_lowest: %d rounds of %d blocks of %zu KiB took %d of the %d freed blocks (%d from elsewhere)\n", ROUNDS,
+         LIVE, bs >> 10, distinct, N, outside);
+  CHECK(outside == 0, "%d mallocs did not reuse the freed blocks", outside);
+  for (int j = 0; j < N; j++)
+    CHECK((j < LIVE) == (used[j] == ROUNDS), "block %d of %d by address handed out %d times in %d rounds", j, N,
+          used[j], ROUNDS);
+}
+
 int main(int argc, char **argv) {
   tc_test_name = "purge";
   if (!HAKMEM_SPECIFIC) return 77;
@@ -637,6 +698,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(m, "steady")) t_steady();
   else if (!strcmp(m, "drain")) t_drain();
   else if (!strcmp(m, "sparse_first")) t_sparse_first();
+  else if (!strcmp(m, "big_lowest")) t_big_lowest();
   else FAILF("unknown mode %s", m);
   printf("purge %s: ok\n", m);
   return 0;
