@@ -729,6 +729,7 @@ static void heap_reset(heap_t *h) {
   for (unsigned k = 0; k < NUM_KINDS; k++) h->partial[k] = NULL;
   h->all = NULL;
   memset(h->idle_seen, 0, sizeof h->idle_seen);
+  hm_big_reset(h);
   memset(h->emptied_cur, 0, sizeof h->emptied_cur);
   atomic_store(&h->pending_hint, 0);
   h->next_free = NULL;
@@ -769,42 +770,6 @@ void *hm_alloc_slow(size_t n) {
   }
   hm_purge_tick();
   return heap_alloc(h, hm_size_class(n));
-}
-
-/* malloc of a class of big slabs (blocks above 64 KiB): the owner's frees
- * are first put into the free list in address order, so the lowest free
- * block goes out. Taking the two lists by turns, as the other classes do,
- * cycled every block a class ever carved: each page any of them was ever
- * written on stayed resident, and a 30-minute bench_soak's big slabs grew
- * from 9 to more than 14 MiB resident in 12 minutes. With the lowest block
- * first, the blocks a class needed only at a peak stay free until the next
- * one. The free list is in order except after remote frees were collected
- * or blocks carved (then a block goes before the first higher one); a
- * class of a big slab has at most 28 blocks, and a block of 64 KiB is
- * written at both ends by most programs anyway. */
-void *hm_malloc_big(size_t n) {
-  heap_t *h = hm_tls_heap;
-  slab_t *s = h->cur[hm_size_class(n)];
-  block_t *l = s->local_free;
-  if (l != NULL) {
-    s->local_free = NULL;
-    block_t *head = s->free;
-    do {
-      block_t *next = hm_next_get(s, l), *prev = NULL, *at = head;
-      while (at != NULL && at < l) {
-        prev = at;
-        at = hm_next_get(s, at);
-      }
-      hm_next_set(s, l, at);
-      if (prev != NULL)
-        hm_next_set(s, prev, l);
-      else
-        head = l;
-      l = next;
-    } while (l != NULL);
-    s->free = head;
-  }
-  return hm_slab_pop(h, s, n);
 }
 
 void *hm_alloc_class(unsigned c) {

@@ -40,6 +40,7 @@ void hm_init_slow(void) {
     hm_misuse_init();
     hm_purge_init();
     hm_heap_process_init();
+    hm_big_init();
     atomic_store_explicit(&hm_init_state, 2, memory_order_release);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     return;

@@ -358,6 +358,10 @@ typedef struct heap {
   uint64_t emptied_cur[(NUM_CLASSES + 63) / 64];
   superslab_t *all;                /* every owned SS */
   _Atomic int pending_hint;        /* some owned SS has pending notifications */
+  /* big-slab classes: looks for idle free blocks (big.c) */
+  uint32_t big_countdown;          /* big mallocs until the clock is read */
+  uint32_t big_looks;              /* looks so far: the stamp in free blocks */
+  uint64_t big_due_ns;             /* next look; 0: not started */
   struct heap *next_free;          /* heap pool */
 #ifdef HAKMEM_STATS
   hm_heap_stats_t stats;
@@ -415,7 +419,11 @@ extern void __libc_free(void *);
 HM_HIDDEN void hm_heap_process_init(void);
 HM_HIDDEN void *hm_alloc_slow(size_t n);
 HM_HIDDEN void *hm_alloc_class(unsigned cls);
+/* big.c: malloc of the classes of big slabs (above MEDIUM_MAX): the lowest
+ * free block first, and free blocks left idle given back */
 HM_HIDDEN void *hm_malloc_big(size_t n);
+HM_HIDDEN void hm_big_init(void);
+HM_HIDDEN void hm_big_reset(heap_t *h);
 HM_HIDDEN void hm_free_local_slow(heap_t *h, slab_t *s);
 HM_HIDDEN void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b);
 HM_HIDDEN void hm_free_push_slow(heap_t *h, superslab_t *ss, slab_t *t, block_t *b);

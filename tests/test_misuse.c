@@ -189,6 +189,31 @@ static void c_double_reused(void) {
   free(announce(a));
   no_block_twice(48);
 }
+/* a mid block above 64 KiB freed, then left idle at the top of its slab
+ * until it was uncarved and given back (src/big.c; the parent sets
+ * HAKMEM_BIG_IDLE_SPACING_MS=100), then freed again: still caught */
+static void c_double_big_given_back(void) {
+  enum { N = 12 };
+  const size_t bs = 100 << 10;
+  char *v[N], *top = NULL;
+  for (int i = 0; i < N; i++) {
+    v[i] = malloc(bs);
+    memset(v[i], 1, bs);
+    if (top == NULL || v[i] > top) top = v[i];
+  }
+  for (int i = 0; i < N; i++) free(v[i]);
+  struct timespec t0, t, ms = {0, 1000000};
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do { /* two blocks in use at a time: the lowest ones; the top goes idle */
+    char *volatile a = malloc(bs), *volatile b = malloc(bs);
+    a[0] = b[0] = 2;
+    free(a);
+    free(b);
+    nanosleep(&ms, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t);
+  } while (t.tv_sec - t0.tv_sec < 3);
+  free(announce(top));
+}
 static void c_double_interleaved(void) {
   char *a = malloc(32), *b = malloc(32);
   free(a);
@@ -599,6 +624,7 @@ static const struct mcase cases[] = {
     {"double_after_others", c_double_after_others, ABORTS, "double free",
      "block already free|block already free; its slab has been emptied since", 0, 0},
     {"double_reused", c_double_reused, ABORTS, "double free", "block already free", 0, 0},
+    {"double_big_given_back", c_double_big_given_back, ABORTS, "invalid free", "not a block hakmem handed out", 0, 0},
     {"double_interleaved", c_double_interleaved, ABORTS, "double free", "block already free", 0, 0},
     {"realloc_freed", c_realloc_freed, ABORTS, "double free", "realloc: block already free", 0, 0},
     {"realloc_freed_large", c_realloc_freed_large, ABORTS, "double free", "realloc: large block already freed", 0, 0},
@@ -655,6 +681,7 @@ static int run_child(const char *self, const char *name, int warn, struct out *o
     close(pe[0]);
     if (warn) setenv("HAKMEM_ON_ERROR", "warn", 1);
     else unsetenv("HAKMEM_ON_ERROR");
+    setenv("HAKMEM_BIG_IDLE_SPACING_MS", "100", 1); /* (double_big_given_back) */
     execl(self, self, "child", name, (char *)NULL);
     _exit(127);
   }

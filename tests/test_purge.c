@@ -25,7 +25,12 @@
  *              current slab carves fresh ones
  *   big_lowest a class of big slabs (blocks above 64 KiB) hands out its lowest
  *              free block: a few blocks in use at a time keep taking the
- *              same lowest ones, and the rest stay untouched */
+ *              same lowest ones, and the rest stay untouched
+ *   big_idle given|kept  the free blocks at the top of a big slab, not
+ *              handed out between two looks (1 s apart), are uncarved and
+ *              given back in one call (kept: HAKMEM_PURGE=off or
+ *              HAKMEM_BIG_IDLE_SPACING_MS=0); the ones in use keep their
+ *              pages */
 #define _GNU_SOURCE
 #include "test_common.h"
 
@@ -131,14 +136,18 @@ static bool rss_below(void *limit) { return tc_rss_bytes() < *(size_t *)limit; }
 static bool madvised(void *since) { return os().madvise_calls > *(size_t *)since; }
 
 /* Resident pages of the 2 MiB from p (a cached large span stays mapped). */
-static size_t resident_pages(const void *p) {
+/* Resident pages of [p, p+len), at most 2 MiB (mincore: nothing here reads
+ * a page it did not write, so the zero page does not come in). */
+static size_t resident_pages(const void *p, size_t len) {
+  const uintptr_t page = 4096;
+  uintptr_t a = (uintptr_t)p & ~(page - 1), e = ((uintptr_t)p + len + page - 1) & ~(page - 1);
   unsigned char vec[512];
-  CHECK(mincore((void *)p, 2 * MiB, vec) == 0, "mincore");
-  size_t n = 0;
-  for (size_t i = 0; i < sizeof vec; i++) n += vec[i] & 1u;
-  return n;
+  size_t n = (e - a) / page, r = 0;
+  CHECK(n <= sizeof vec && mincore((void *)a, e - a, vec) == 0, "mincore");
+  for (size_t i = 0; i < n; i++) r += vec[i] & 1u;
+  return r;
 }
-static bool span_given_back(void *p) { return resident_pages(p) < 16; }
+static bool span_given_back(void *p) { return resident_pages(p, 2 * MiB) < 16; }
 
 /* ---- modes ---------------------------------------------------------------- */
 
@@ -177,7 +186,7 @@ static void t_eager(void) {
   memset(q, 1, 1536 * 1024);
   free(q);
   activity(2.0, span_given_back, q);
-  CHECK(span_given_back(q), "%zu pages of a freed 1.5 MiB block grown in place still resident", resident_pages(q));
+  CHECK(span_given_back(q), "%zu pages of a freed 1.5 MiB block grown in place still resident", resident_pages(q, 2 * MiB));
 }
 
 static void t_lazy(void) {
@@ -677,6 +686,52 @@ static void t_big_lowest(void) {
           used[j], ROUNDS);
 }
 
+static void t_big_idle(bool given) {
+  enum { N = 12, LIVE = 2 };
+  const size_t bs = 100 << 10, pages = bs / 4096;
+  void *v[N];
+  for (int i = 0; i < N; i++) {
+    v[i] = malloc(bs);
+    CHECK(v[i], "malloc(%zu)", bs);
+    memset(v[i], 0x33, bs); /* every page resident */
+  }
+  qsort(v, N, sizeof v[0], cmp_ptr);
+  for (int i = 0; i < N; i++) free(v[i]);
+  uint64_t madv0 = os().madvise_calls;
+  double t0 = now_s();
+  while (now_s() - t0 < 3.5) { /* LIVE blocks at a time: the lowest ones */
+    void *w[LIVE];
+    for (int i = 0; i < LIVE; i++) {
+      w[i] = malloc(bs);
+      CHECK(w[i] == v[i], "malloc %d of a round: %p, not the lowest free block %p", i, w[i], v[i]);
+      ((char *)w[i])[0] = ((char *)w[i])[bs - 1] = 1;
+    }
+    for (int i = 0; i < LIVE; i++) free(w[i]);
+    sleep_s(0.001);
+  }
+  uint64_t madv = os().madvise_calls - madv0;
+  size_t idle_res = 0;
+  for (int i = LIVE; i < N; i++) idle_res += resident_pages(v[i], bs);
+  size_t live_res = resident_pages(v[0], bs);
+  printf("big_idle: %d idle blocks of %zu pages: %zu pages resident, %llu madvise calls; a block in use: %zu pages\n",
+         N - LIVE, pages, idle_res, (unsigned long long)madv, live_res);
+  CHECK(live_res == pages, "a block in use lost pages: %zu of %zu resident", live_res, pages);
+  if (given) {
+    CHECK(idle_res == 0 && madv == 1, "idle blocks keep %zu pages, after %llu madvise calls (want 0 after 1)", idle_res,
+          (unsigned long long)madv);
+  } else {
+    CHECK(idle_res == (size_t)(N - LIVE) * pages && madv == 0, "HAKMEM_PURGE=off: %zu pages resident, %llu madvise",
+          idle_res, (unsigned long long)madv);
+  }
+  /* handed out again, every block works */
+  for (int i = 0; i < N; i++) {
+    v[i] = malloc(bs);
+    CHECK(v[i], "malloc(%zu)", bs);
+    memset(v[i], 0x44, bs);
+  }
+  for (int i = 0; i < N; i++) free(v[i]);
+}
+
 int main(int argc, char **argv) {
   tc_test_name = "purge";
   if (!HAKMEM_SPECIFIC) return 77;
@@ -699,6 +754,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(m, "drain")) t_drain();
   else if (!strcmp(m, "sparse_first")) t_sparse_first();
   else if (!strcmp(m, "big_lowest")) t_big_lowest();
+  else if (!strcmp(m, "big_idle")) t_big_idle(argc > 2 && !strcmp(argv[2], "given"));
   else FAILF("unknown mode %s", m);
   printf("purge %s: ok\n", m);
   return 0;

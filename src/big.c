@@ -1,0 +1,168 @@
+/* The classes of big slabs (blocks above 64 KiB, one 2 MiB slab per
+ * SuperSlab, at most 28 blocks a slab): the lowest free block first, and
+ * the top of a slab left idle given back.
+ *
+ * Lowest first: malloc puts the owner's frees into the free list in address
+ * order before it pops. Taking the two lists by turns, as the other classes
+ * do, cycled every block a class ever carved, and each page any of them was
+ * ever written on stayed resident. With the lowest block first, the blocks
+ * a class needed only at a peak stay free until the next peak: they are the
+ * top of the slab's carved blocks.
+ *
+ * Idle tops: those blocks still keep the pages they were written on. The
+ * owner looks at its big classes' current slabs every second (more if
+ * HAKMEM_PURGE_DELAY_MS is above 100: ten delays), on its big mallocs
+ * (reading the coarse clock every 32nd): a free block gets a stamp (the
+ * look's number, in its first page, beyond the words the free list and the
+ * checks use), and malloc wipes the stamp of a block it hands out. A block
+ * that still holds an earlier look's stamp was not handed out for a whole
+ * period. When the carved blocks from some index up are all free and idle
+ * in a slab, they are uncarved (off the free list; carving makes them again
+ * when the class needs them) and given back in one madvise: the largest
+ * such top among the heap's classes, and at most one call every 20 s in
+ * the whole process (HAKMEM_BIG_IDLE_SPACING_MS; 0: never). That bound is what keeps the syscall budget (at most
+ * one call per 10^8 operations: bench_random_mixed with blocks to 1 MiB
+ * runs 5–6 million a second) for a working set whose rare peaks keep
+ * coming back, where a block given back as soon as it went idle for a
+ * period made 11–13 madvise calls in 60 million operations. HAKMEM_PURGE=off
+ * never looks either. A thread that stops allocating big blocks stops looking. */
+#include "internal.h"
+
+#define BIG_TICK_EVERY 32
+#define BIG_STAMP_OFF 64 /* bytes: past the list link, the free tag, secure mode's pattern */
+#ifdef HAKMEM_SECURE
+_Static_assert(BIG_STAMP_OFF >= HM_FILL_BYTES, "the stamp lies beyond the fill pattern");
+#endif
+
+static uint64_t stamp_key; /* random: a program's data passes for a stamp with odds 2^-32 */
+static uint64_t period_ns;
+static uint64_t spacing_ns; /* HAKMEM_BIG_IDLE_SPACING_MS; 0: never */
+static _Atomic uint64_t last_give_ns; /* the last give-back (or the first look) */
+
+void hm_big_init(void) {
+  stamp_key = hm_random_u64();
+  period_ns = hm_purge_delay_ns * 10;
+  if (period_ns < 1000000000u) period_ns = 1000000000u;
+  spacing_ns = (uint64_t)hm_opt[HM_OPT_BIG_IDLE_SPACING_MS] * 1000000u;
+}
+
+void hm_big_reset(heap_t *h) {
+  h->big_countdown = BIG_TICK_EVERY;
+  h->big_looks = 0;
+  h->big_due_ns = 0;
+}
+
+/* A free block's stamp: the look that wrote it, or 0 (none: the program's
+ * data, or wiped). */
+static uint64_t *stamp_of(block_t *b) { return (uint64_t *)((char *)b + BIG_STAMP_OFF); }
+static uint32_t stamp_get(block_t *b) {
+  uint64_t v = *stamp_of(b) ^ stamp_key;
+  return v < ((uint64_t)1 << 32) ? (uint32_t)v : 0;
+}
+
+/* Stamp slab s's free blocks at look `look`; returns how many carved blocks
+ * at its top are free, were so at an earlier look and end its free list
+ * (*lowest: the lowest of them; *before: its predecessor on the list, NULL
+ * if it is the head). */
+static unsigned idle_top(slab_t *s, uint32_t look, block_t **lowest, block_t **before) {
+  char *start = hm_slab_start(s);
+  uint32_t bs = s->block_size;
+  unsigned run = 0;
+  block_t *prev = NULL;
+  for (block_t *b = s->free; b != NULL; prev = b, b = hm_next_get(s, b)) {
+    uint32_t st = stamp_get(b);
+    bool idle = st != 0 && st < look;
+    if (st == 0) *stamp_of(b) = stamp_key ^ look;
+    /* a run of idle blocks, each the next by address, up to the top */
+    size_t idx = (size_t)((char *)b - start) / bs;
+    if (idle && run > 0 && (char *)b == (char *)*lowest + (size_t)run * bs) {
+      run++;
+    } else if (idle) {
+      run = 1;
+      *lowest = b;
+      *before = prev;
+    } else {
+      run = 0;
+    }
+    if (idx + 1 == s->carved) return hm_next_get(s, b) == NULL ? run : 0;
+  }
+  return 0; /* the top block is not on the free list */
+}
+
+/* Look at every big class's current slab; give back the largest idle top
+ * if the process has not given one back for spacing_ns. */
+static void big_look(heap_t *h, uint64_t now) {
+  uint32_t look = ++h->big_looks;
+  slab_t *best = NULL;
+  block_t *best_low = NULL, *best_before = NULL;
+  size_t best_bytes = 0;
+  unsigned best_n = 0;
+  for (unsigned c = 0; c < NUM_CLASSES; c++) {
+    slab_t *s = h->cur[c];
+    if (hm_class_kind[c] != KIND_BIG || s == &hm_empty_slab || s->in_use != SLAB_ACTIVE) continue;
+    block_t *low = NULL, *before = NULL;
+    unsigned n = idle_top(s, look, &low, &before);
+    if (n > 0 && (size_t)n * s->block_size > best_bytes) {
+      best = s, best_low = low, best_before = before, best_n = n;
+      best_bytes = (size_t)n * s->block_size;
+    }
+  }
+  uint64_t last = atomic_load_explicit(&last_give_ns, memory_order_relaxed);
+  if (last == 0) { /* the first look of the process starts the clock */
+    atomic_compare_exchange_strong(&last_give_ns, &last, now);
+    return;
+  }
+  if (best == NULL || now - last < spacing_ns) return;
+  if (!atomic_compare_exchange_strong(&last_give_ns, &last, now)) return;
+  /* uncarve the top: off the free list (it ends there), then given back */
+  if (best_before != NULL)
+    hm_next_set(best, best_before, NULL);
+  else
+    best->free = NULL;
+  hm_slab_set_carved(best, best->carved - best_n);
+  hm_stats_released(best->cls, best_n);
+  hm_os_purge(best_low, best_bytes);
+}
+
+/* Every BIG_TICK_EVERY-th big malloc of a heap: a look when one is due. */
+static void big_tick(heap_t *h) {
+  h->big_countdown = BIG_TICK_EVERY;
+  if (hm_purge_mode == PURGE_OFF || spacing_ns == 0) return;
+  uint64_t now = hm_now_ns();
+  if (h->big_due_ns != 0 && now >= h->big_due_ns) big_look(h, now);
+  if (h->big_due_ns == 0 || now >= h->big_due_ns) h->big_due_ns = now + period_ns;
+}
+
+void *hm_malloc_big(size_t n) {
+  heap_t *h = hm_tls_heap;
+  slab_t *s = h->cur[hm_size_class(n)];
+  block_t *l = s->local_free;
+  if (l != NULL) {
+    /* into the free list by address (a block goes before the first higher
+     * one: the list is in order except after remote frees were collected
+     * or blocks carved) */
+    s->local_free = NULL;
+    block_t *head = s->free;
+    do {
+      block_t *next = hm_next_get(s, l), *prev = NULL, *at = head;
+      while (at != NULL && at < l) {
+        prev = at;
+        at = hm_next_get(s, at);
+      }
+      hm_next_set(s, l, at);
+      if (prev != NULL)
+        hm_next_set(s, prev, l);
+      else
+        head = l;
+      l = next;
+    } while (l != NULL);
+    s->free = head;
+  }
+  block_t *b = hm_slab_pop(h, s, n);
+  if (b != NULL) {
+    if (stamp_get(b) != 0) *stamp_of(b) = 0; /* (a slab taken again keeps its old stamps) */
+    h = hm_tls_heap;                          /* (the slow path may have made the thread's heap) */
+    if (h != &hm_empty_heap && unlikely(--h->big_countdown == 0)) big_tick(h);
+  }
+  return b;
+}
