@@ -598,7 +598,7 @@ static void *foreign_pop(heap_t *h, unsigned c) {
   block_t *b = f->free;
   f->free = b->next;
   f->used++;
-  f->serving = 1; /* (cleared where heap_alloc finds it dry, and by a flush) */
+  f->own_id = (uintptr_t)h + 1; /* serving (until heap_alloc finds it dry, or a flush) */
   heap_set_cur(h, c, f);
   return hm_block_handout(f, b, f->free);
 }
@@ -614,7 +614,7 @@ static void *heap_alloc(heap_t *h, unsigned c) {
     if (s->in_use == SLAB_FOREIGN) {
       /* the cache ran dry (the fast path saw both lists empty) */
       if (s->free != NULL) return foreign_pop(h, c);
-      s->serving = 0; /* the next slab follows */
+      s->own_id = (uintptr_t)h; /* the next slab follows */
       stale = true;
     } else if (s != &hm_empty_slab) {
       hm_check_slab(s);
@@ -716,10 +716,12 @@ static void heap_reset(heap_t *h) {
     f->block_size = hm_class_size[c];
     f->capacity = (uint16_t)foreign_cap(c);
     f->used = (uint16_t)(f->capacity + 1);
+    f->own_id = (uintptr_t)h;
   }
   memset(&h->fc_stand_in, 0, sizeof h->fc_stand_in);
   h->fc_stand_in.in_use = SLAB_FOREIGN;
   h->fc_stand_in.used = 1;
+  h->fc_stand_in.own_id = (uintptr_t)h;
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
     heap_set_cur(h, c, &hm_empty_slab);
     h->avail[c] = h->avail_tail[c] = h->sparse[c] = NULL;
@@ -919,7 +921,7 @@ void hm_heap_flush_foreign(heap_t *h) {
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
     slab_t *f = &h->foreign[c];
     if (h->cur[c] == f) heap_set_cur(h, c, &hm_empty_slab);
-    f->serving = 0;
+    f->own_id = (uintptr_t)h;
     foreign_send_back(f->free);
     f->free = NULL;
     f->used = (uint16_t)(f->capacity + 1);

@@ -142,7 +142,7 @@ typedef struct slab {
   uint8_t in_use;              /* state, SLAB_FULL included */
   union {
     uint64_t limit;            /* checks: the owner's block check's limit, carved << k (64 bits: the compare takes it from memory) */
-    uint64_t serving;          /* a foreign cache: 1 while it is its class's current slab, else 0 (hm_free_trading) */
+    uintptr_t own_id;          /* a foreign cache: its heap's address, + 1 while it is its class's current slab (hm_free_trading) */
   };
   struct slab *next, *prev;    /* heap's list of slabs with free blocks */
 } slab_t;
@@ -168,7 +168,7 @@ typedef struct slab {
   uint64_t div_mul;            /* checks: the block check's multiplier (= the shape's) */
   union {
     uint64_t limit;            /* checks: the owner's block check's limit, carved << k */
-    uint64_t serving;          /* a foreign cache: as in the default layout (unused: no trading here) */
+    uintptr_t own_id;          /* a foreign cache: as in the default layout (unused: no trading here) */
   };
   _Atomic uintptr_t remote __attribute__((aligned(64))); /* other threads' frees (LIFO); bit 0: notify owner */
   struct slab *next, *prev;    /* heap's list of slabs with free blocks */
@@ -343,7 +343,7 @@ typedef struct heap {
    * for its own mallocs instead of being sent back one atomic push at a time
    * (heap.c, "foreign cache"). foreign[c] is a pseudo slab: frees push on its
    * free list (newest first), and it becomes cur[c] when the class's slab
-   * runs dry; while it is (`serving`), the thread's own frees of the class
+   * runs dry; while it is (`own_id`), the thread's own frees of the class
    * go there too (hm_free_trading). The
    * blocks still count as used in their own slabs. Its `used` is the room
    * left plus one (capacity + 1 - blocks cached): free decrements it and
@@ -867,7 +867,7 @@ HM_INLINE void hm_free_push(superslab_t *ss, slab_t *s, block_t *b) {
  * two slab addresses a branch). */
 HM_INLINE slab_t *hm_select_slab(const void *x, const void *y, slab_t *a, slab_t *b) {
 #if defined(__x86_64__)
-  __asm__("cmp %2, %1\n\tcmove %3, %0" : "+r"(b) : "r"(x), "r"(y), "r"(a) : "cc");
+  __asm__("cmp %2, %1\n\tcmove %3, %0" : "+r"(b) : "r"(x), "rm"(y), "r"(a) : "cc"); /* (y may stay in memory) */
   return b;
 #else
   return (slab_t *)((uintptr_t)b ^ (((uintptr_t)a ^ (uintptr_t)b) & -(uintptr_t)(x == y)));
@@ -891,11 +891,11 @@ HM_INLINE void hm_free_trading(heap_t *h, const heap_t *owner, superslab_t *ss, 
   }
   uint16_t fc_off = __atomic_load_n(&sh->fc_off, __ATOMIC_RELAXED);
   slab_t *fc = (slab_t *)((char *)h + fc_off);
-  /* While the cache serves the class's mallocs (`serving`), the thread's
-   * own blocks go there too: one list, whose newest block the next malloc
-   * takes while it is still in this core's cache. (The owner compare then
-   * fails: no heap is at h + 1.) */
-  slab_t *t = hm_select_slab(owner, (const char *)h + fc->serving, s, fc);
+  /* While the cache serves the class's mallocs, the thread's own blocks go
+   * there too: one list, whose newest block the next malloc takes while it
+   * is still in this core's cache. The owner is compared with the cache's
+   * own_id, h then h + 1, which no heap is (the stand-in's: h). */
+  slab_t *t = hm_select_slab(owner, (const void *)fc->own_id, s, fc);
   block_t *b = (block_t *)p;
 #ifdef HAKMEM_DEBUG
   if (t == s) hm_check_block(s, b);
