@@ -595,13 +595,10 @@ static slab_t *heap_new_slab(heap_t *h, unsigned c) {
 /* Pop from the foreign cache of class c, making it the current slab. */
 static void *foreign_pop(heap_t *h, unsigned c) {
   slab_t *f = &h->foreign[c];
-  if (f->free == NULL) {
-    f->free = f->local_free;
-    f->local_free = NULL;
-  }
   block_t *b = f->free;
   f->free = b->next;
   f->used++;
+  f->own_id = (uintptr_t)h + 1; /* serving (until heap_alloc finds it dry, or a flush) */
   heap_set_cur(h, c, f);
   return hm_block_handout(f, b, f->free);
 }
@@ -616,7 +613,8 @@ static void *heap_alloc(heap_t *h, unsigned c) {
   for (;;) {
     if (s->in_use == SLAB_FOREIGN) {
       /* the cache ran dry (the fast path saw both lists empty) */
-      if (s->free != NULL || s->local_free != NULL) return foreign_pop(h, c);
+      if (s->free != NULL) return foreign_pop(h, c);
+      s->own_id = (uintptr_t)h; /* the next slab follows */
       stale = true;
     } else if (s != &hm_empty_slab) {
       hm_check_slab(s);
@@ -626,7 +624,7 @@ static void *heap_alloc(heap_t *h, unsigned c) {
        * purge_sparse_first). */
       slab_t *next = h->avail[c];
       bool elsewhere = (next != NULL && slab_has_freed(next)) || h->sparse[c] != NULL ||
-                       h->foreign[c].local_free != NULL || h->foreign[c].free != NULL;
+                       h->foreign[c].free != NULL;
       if (slab_refill(s) || (!elsewhere && slab_refill_carve(s))) {
         block_t *b = s->free;
 #ifdef HAKMEM_SECURE
@@ -650,7 +648,7 @@ static void *heap_alloc(heap_t *h, unsigned c) {
       heap_process_pending(h);
     }
     /* Cached blocks of other threads first: they are memory in use already. */
-    if (h->foreign[c].local_free != NULL || h->foreign[c].free != NULL) return foreign_pop(h, c);
+    if (h->foreign[c].free != NULL) return foreign_pop(h, c);
     while ((s = h->avail[c]) != NULL && slab_is_sparse(s)) {
       if (stale) heap_set_cur(h, c, &hm_empty_slab); /* (releasing may free SuperSlabs) */
       stale = false;
@@ -718,10 +716,12 @@ static void heap_reset(heap_t *h) {
     f->block_size = hm_class_size[c];
     f->capacity = (uint16_t)foreign_cap(c);
     f->used = (uint16_t)(f->capacity + 1);
+    f->own_id = (uintptr_t)h;
   }
   memset(&h->fc_stand_in, 0, sizeof h->fc_stand_in);
   h->fc_stand_in.in_use = SLAB_FOREIGN;
   h->fc_stand_in.used = 1;
+  h->fc_stand_in.own_id = (uintptr_t)h;
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
     heap_set_cur(h, c, &hm_empty_slab);
     h->avail[c] = h->avail_tail[c] = h->sparse[c] = NULL;
@@ -831,12 +831,15 @@ static uint32_t foreign_send_back(block_t *b) {
   return n;
 }
 
-/* Foreign cache f went over its budget: send the blocks cached since it
- * was last taken as a free list back to their slabs. */
+/* Foreign cache f went over its budget: the newest half of the budget
+ * stays, for the next mallocs while it is in this core's cache; the older
+ * blocks go back to their slabs. */
 static void foreign_overflow(slab_t *f) {
-  block_t *list = f->local_free;
-  f->local_free = NULL;
-  f->used = (uint16_t)(f->used + foreign_send_back(list));
+  block_t **link = &f->free;
+  for (uint32_t k = f->capacity / 2; k > 0 && *link != NULL; k--) link = &(*link)->next;
+  block_t *old = *link;
+  *link = NULL;
+  f->used = (uint16_t)(f->used + foreign_send_back(old));
 }
 
 /* One block straight back to its slab's remote list, counted as a free by
@@ -892,8 +895,8 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
   }
   HM_STAT_ADD(h, free_remote[c], 1);
   slab_t *f = &h->foreign[c];
-  b->next = f->local_free;
-  f->local_free = b;
+  b->next = f->free;
+  f->free = b;
   if (unlikely(--f->used == 0)) foreign_overflow(f);
 }
 
@@ -903,7 +906,7 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
  * taken, or its SuperSlab's owner exited). */
 void hm_free_push_slow(heap_t *h, superslab_t *ss, slab_t *t, block_t *b) {
   if (t == &h->fc_stand_in) {
-    t->local_free = NULL; /* b alone: take it off */
+    t->free = NULL; /* b alone: take it off */
     t->used = 1;
     hm_free_foreign(h, ss, b);
   } else if (t->in_use == SLAB_FOREIGN) {
@@ -919,9 +922,9 @@ void hm_heap_flush_foreign(heap_t *h) {
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
     slab_t *f = &h->foreign[c];
     if (h->cur[c] == f) heap_set_cur(h, c, &hm_empty_slab);
+    f->own_id = (uintptr_t)h;
     foreign_send_back(f->free);
-    foreign_send_back(f->local_free);
-    f->free = f->local_free = NULL;
+    f->free = NULL;
     f->used = (uint16_t)(f->capacity + 1);
   }
 }
@@ -1023,7 +1026,9 @@ static bool release_if_idle(heap_t *h, unsigned c, bool all) {
   if (all) slab_collect_remote(s);
   if (s->used != 0) return false;
   if (!all) {
-    /* a malloc changes free, a free local_free: unchanged, it was idle */
+    /* a malloc changes free, a free local_free (a trading thread's free,
+     * free: one block taken and given back between two looks reads as
+     * idle, and the slab goes with its blocks on its lists) */
     uintptr_t heads = (uintptr_t)s->free ^ (uintptr_t)s->local_free;
     bool idle = h->idle_seen[c] == s && h->idle_heads[c] == heads;
     h->idle_seen[c] = s;

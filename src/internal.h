@@ -143,7 +143,10 @@ typedef struct slab {
   uint16_t carved;             /* blocks carved so far (lazily, to spare RSS); 0 when unused */
   uint8_t cls;
   uint8_t in_use;              /* state, SLAB_FULL included */
-  uint64_t limit;              /* checks: the owner's block check's limit, carved << k (64 bits: the compare takes it from memory) */
+  union {
+    uint64_t limit;            /* checks: the owner's block check's limit, carved << k (64 bits: the compare takes it from memory) */
+    uintptr_t own_id;          /* a foreign cache: its heap's address, + 1 while it is its class's current slab (hm_free_trading) */
+  };
   struct slab *next, *prev;    /* heap's list of slabs with free blocks */
 } slab_t;
 _Static_assert(sizeof(slab_t) == 64, "slab descriptor is one cache line");
@@ -166,7 +169,10 @@ typedef struct slab {
   uint8_t cls;
   uint8_t in_use;              /* state, SLAB_FULL included */
   uint64_t div_mul;            /* checks: the block check's multiplier (= the shape's) */
-  uint64_t limit;              /* checks: the owner's block check's limit, carved << k */
+  union {
+    uint64_t limit;            /* checks: the owner's block check's limit, carved << k */
+    uintptr_t own_id;          /* a foreign cache: as in the default layout (unused: no trading here) */
+  };
   _Atomic uintptr_t remote __attribute__((aligned(64))); /* other threads' frees (LIFO); bit 0: notify owner */
   struct slab *next, *prev;    /* heap's list of slabs with free blocks */
   uint8_t secure_pad_[40];
@@ -339,7 +345,9 @@ typedef struct heap {
   /* Blocks of other threads' slabs that this thread freed, per class, kept
    * for its own mallocs instead of being sent back one atomic push at a time
    * (heap.c, "foreign cache"). foreign[c] is a pseudo slab: frees push on its
-   * local_free, and it becomes cur[c] when the class's slab runs dry. The
+   * free list (newest first), and it becomes cur[c] when the class's slab
+   * runs dry; while it is (`own_id`), the thread's own frees of the class
+   * go there too (hm_free_trading). The
    * blocks still count as used in their own slabs. Its `used` is the room
    * left plus one (capacity + 1 - blocks cached): free decrements it and
    * malloc increments it as in an owned slab, so that free treats both
@@ -873,7 +881,7 @@ HM_INLINE void hm_free_push(superslab_t *ss, slab_t *s, block_t *b) {
  * two slab addresses a branch). */
 HM_INLINE slab_t *hm_select_slab(const void *x, const void *y, slab_t *a, slab_t *b) {
 #if defined(__x86_64__)
-  __asm__("cmp %2, %1\n\tcmove %3, %0" : "+r"(b) : "r"(x), "r"(y), "r"(a) : "cc");
+  __asm__("cmp %2, %1\n\tcmove %3, %0" : "+r"(b) : "r"(x), "rm"(y), "r"(a) : "cc"); /* (y may stay in memory) */
   return b;
 #else
   return (slab_t *)((uintptr_t)b ^ (((uintptr_t)a ^ (uintptr_t)b) & -(uintptr_t)(x == y)));
@@ -896,10 +904,15 @@ HM_INLINE void hm_free_trading(heap_t *h, const heap_t *owner, superslab_t *ss, 
     return;
   }
   uint16_t fc_off = __atomic_load_n(&sh->fc_off, __ATOMIC_RELAXED);
-  slab_t *t = hm_select_slab(owner, h, s, (slab_t *)((char *)h + fc_off));
+  slab_t *fc = (slab_t *)((char *)h + fc_off);
+  /* While the cache serves the class's mallocs, the thread's own blocks go
+   * there too: one list, whose newest block the next malloc takes while it
+   * is still in this core's cache. The owner is compared with the cache's
+   * own_id, h then h + 1, which no heap is (the stand-in's: h). */
+  slab_t *t = hm_select_slab(owner, (const void *)fc->own_id, s, fc);
   block_t *b = (block_t *)p;
 #ifdef HAKMEM_DEBUG
-  if (owner == h) hm_check_block(s, b);
+  if (t == s) hm_check_block(s, b);
 #endif
 #if HM_STATS_BUILD
   if (owner == h)
@@ -907,8 +920,11 @@ HM_INLINE void hm_free_trading(heap_t *h, const heap_t *owner, superslab_t *ss, 
   else if (t != &h->fc_stand_in)
     HM_STAT_ADD(h, free_remote[t->cls], 1);
 #endif
-  b->next = t->local_free;
-  t->local_free = b;
+  /* On the free list, not local_free: the next malloc takes the newest
+   * block, still in this core's cache (popped in the order freed, 75% of
+   * bench_xthread's mallocs missed D1 on the block under callgrind). */
+  b->next = t->free;
+  t->free = b;
   /* emptied, FULL, the foreign cache over budget, or the stand-in */
   if (unlikely(--t->used == 0)) hm_free_push_slow(h, ss, t, b);
 }

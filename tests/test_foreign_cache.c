@@ -3,7 +3,7 @@
  * (HAKMEM_FOREIGN_CACHE_KB), and go back to their owner past the budget and
  * at thread exit.
  *
- *   test_foreign_cache reuse [ROUNDS]|cap|off
+ *   test_foreign_cache reuse [ROUNDS]|cap|off|newest
  * reuse: B frees A's blocks, then B's mallocs get exactly those blocks, and
  *        again for ROUNDS rounds (default 1; 400 rounds hand out more than
  *        2^16 blocks of the class from B's cache, past where a 16-bit count
@@ -11,6 +11,10 @@
  * cap:   (run with HAKMEM_FOREIGN_CACHE_KB=1: 16 blocks of 64 B) while B is
  *        still alive, A gets back all but at most 16 of the blocks B freed.
  * off:   (run with HAKMEM_FOREIGN_CACHE_KB=0) A gets back every block at once.
+ * newest: once B's mallocs come from its cache, the block B freed last is
+ *        B's next malloc, whether it is A's or B's own (A has cached one of
+ *        B's blocks, so B's slab names B's cache): the newest block, still
+ *        in the core's cache, is used again first.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -65,6 +69,35 @@ static void *hold_thread(void *arg) {
   return NULL;
 }
 
+static void *b_own[4];
+static void *newest_thread(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 4; i++)
+    if ((b_own[i] = malloc(SIZE)) == NULL) fail("malloc in thread B");
+  pthread_barrier_wait(&freed);  /* A frees b_own[3] */
+  pthread_barrier_wait(&checked);
+  for (int i = 0; i < N; i++) free(blocks[i]);
+  /* B's slab has blocks carved; its cache serves once they are gone */
+  static void *mine[4096];
+  int n = 0;
+  do {
+    if (n == 4096) fail("thread B's mallocs never came from its cache");
+    if ((mine[n++] = malloc(SIZE)) == NULL) fail("malloc in thread B");
+  } while (!in_set(mine[n - 1]));
+  void *a = mine[n - 1];
+  free(a);
+  void *again = malloc(SIZE);
+  if (again != a) fail("newest: thread B freed a block of A's and its next malloc was another block");
+  free(b_own[0]);
+  again = malloc(SIZE);
+  if (again != b_own[0]) fail("newest: thread B freed a block of its own and its next malloc was another block");
+  free(again);
+  free(b_own[1]);
+  free(b_own[2]);
+  for (int i = 0; i < n; i++) free(mine[i]);
+  return NULL;
+}
+
 /* A allocates N blocks again; how many are blocks B freed? */
 static int count_back(void) {
   void *again[N];
@@ -87,6 +120,17 @@ int main(int argc, char **argv) {
   }
   pthread_t t;
   int back, min_back;
+  if (strcmp(mode, "newest") == 0) {
+    pthread_barrier_init(&freed, NULL, 2);
+    pthread_barrier_init(&checked, NULL, 2);
+    if (pthread_create(&t, NULL, newest_thread, NULL) != 0) fail("pthread_create");
+    pthread_barrier_wait(&freed);
+    free(b_own[3]); /* A caches a block of B's slab */
+    pthread_barrier_wait(&checked);
+    pthread_join(t, NULL);
+    printf("foreign_cache newest: OK\n");
+    return 0;
+  }
   if (strcmp(mode, "reuse") == 0) {
     if (argc > 2 && (rounds = atoi(argv[2])) < 1) fail("ROUNDS must be a positive number");
     if (pthread_create(&t, NULL, reuse_thread, NULL) != 0) fail("pthread_create");
