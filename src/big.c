@@ -133,29 +133,47 @@ static void big_tick(heap_t *h) {
   if (h->big_due_ns == 0 || now >= h->big_due_ns) h->big_due_ns = now + period_ns;
 }
 
+/* Block l into s's free list at head, in address order (before the first
+ * higher block); returns the new head. */
+static block_t *insert_by_address(slab_t *s, block_t *head, block_t *l) {
+  block_t *prev = NULL, *at = head;
+  while (at != NULL && at < l) {
+    prev = at;
+    at = hm_next_get(s, at);
+  }
+  hm_next_set(s, l, at);
+  if (prev == NULL) return l;
+  hm_next_set(s, prev, l);
+  return head;
+}
+
 void *hm_malloc_big(size_t n) {
   heap_t *h = hm_tls_heap;
   slab_t *s = h->cur[hm_size_class(n)];
+  /* The free list in address order. Blocks pushed on it since the last
+   * malloc (a trading thread's frees, hm_free_trading) or taken from the
+   * remote list stand before its sorted rest: the blocks up to its last
+   * descent go into the rest one by one; so do the owner's frees on
+   * local_free. One walk when nothing changed (at most 28 blocks). */
+  block_t *head = s->free, *cut = NULL, *next;
+  for (block_t *b = head; b != NULL && (next = hm_next_get(s, b)) != NULL; b = next)
+    if (next < b) cut = b;
   block_t *l = s->local_free;
-  if (l != NULL) {
-    /* into the free list by address (a block goes before the first higher
-     * one: the list is in order except after remote frees were collected
-     * or blocks carved) */
-    s->local_free = NULL;
-    block_t *head = s->free;
-    do {
-      block_t *next = hm_next_get(s, l), *prev = NULL, *at = head;
-      while (at != NULL && at < l) {
-        prev = at;
-        at = hm_next_get(s, at);
+  if (cut != NULL || l != NULL) {
+    if (cut != NULL) {
+      block_t *prefix = head;
+      head = hm_next_get(s, cut);
+      hm_next_set(s, cut, NULL);
+      for (block_t *b = prefix; b != NULL; b = next) {
+        next = hm_next_get(s, b);
+        head = insert_by_address(s, head, b);
       }
-      hm_next_set(s, l, at);
-      if (prev != NULL)
-        hm_next_set(s, prev, l);
-      else
-        head = l;
-      l = next;
-    } while (l != NULL);
+    }
+    s->local_free = NULL;
+    for (; l != NULL; l = next) {
+      next = hm_next_get(s, l);
+      head = insert_by_address(s, head, l);
+    }
     s->free = head;
   }
   block_t *b = hm_slab_pop(h, s, n);

@@ -23,9 +23,10 @@
  *              slabs it no longer needs empty, go back, and are purged
  *   sparse_first  a sparse slab's free blocks are handed out before the
  *              current slab carves fresh ones
- *   big_lowest a class of big slabs (blocks above 64 KiB) hands out its lowest
- *              free block: a few blocks in use at a time keep taking the
- *              same lowest ones, and the rest stay untouched
+ *   big_lowest [trading]  a class of big slabs (blocks above 64 KiB) hands
+ *              out its lowest free block: a few blocks in use at a time keep
+ *              taking the same lowest ones, and the rest stay untouched
+ *              (trading: after the thread freed another thread's block)
  *   big_idle given|kept  the free blocks at the top of a big slab, not
  *              handed out between two looks (1 s apart), are uncarved and
  *              given back in one call (kept: HAKMEM_PURGE=off or
@@ -633,8 +634,40 @@ static int cmp_ptr(const void *x, const void *y) {
   return a < b ? -1 : a > b;
 }
 
-static void t_big_lowest(void) {
+/* A thread that hands out one block and stays until told to go (a block
+ * of an exited thread's SuperSlab is sent straight back, not cached). */
+static pthread_mutex_t one_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t one_cond = PTHREAD_COND_INITIALIZER;
+static void *one_block;
+static int one_go;
+static void *alloc_one(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&one_lock);
+  one_block = malloc(100);
+  pthread_cond_broadcast(&one_cond);
+  while (!one_go) pthread_cond_wait(&one_cond, &one_lock);
+  pthread_mutex_unlock(&one_lock);
+  return NULL;
+}
+
+/* trading: the thread first frees another thread's block, after which its
+ * frees take hm_free_trading's path (pushed on the free list, not on
+ * local_free) */
+static void t_big_lowest(bool trading) {
   enum { N = 12, LIVE = 3, ROUNDS = 300 };
+  if (trading) {
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, alloc_one, NULL) == 0, "pthread_create");
+    pthread_mutex_lock(&one_lock);
+    while (one_block == NULL) pthread_cond_wait(&one_cond, &one_lock);
+    pthread_mutex_unlock(&one_lock);
+    free(one_block); /* cached: this thread trades from now on */
+    pthread_mutex_lock(&one_lock);
+    one_go = 1;
+    pthread_cond_broadcast(&one_cond);
+    pthread_mutex_unlock(&one_lock);
+    pthread_join(t, NULL);
+  }
   const size_t bs = 100 << 10;
   void *v[N], *sorted[N];
   for (int i = 0; i < N; i++) {
@@ -753,7 +786,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(m, "steady")) t_steady();
   else if (!strcmp(m, "drain")) t_drain();
   else if (!strcmp(m, "sparse_first")) t_sparse_first();
-  else if (!strcmp(m, "big_lowest")) t_big_lowest();
+  else if (!strcmp(m, "big_lowest")) t_big_lowest(argc > 2 && !strcmp(argv[2], "trading"));
   else if (!strcmp(m, "big_idle")) t_big_idle(argc > 2 && !strcmp(argv[2], "given"));
   else FAILF("unknown mode %s", m);
   printf("purge %s: ok\n", m);
