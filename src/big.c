@@ -2,30 +2,30 @@
  * SuperSlab, at most 28 blocks a slab): the lowest free block first, and
  * the top of a slab left idle given back.
  *
- * Lowest first: malloc puts the owner's frees into the free list in address
- * order before it pops. Taking the two lists by turns, as the other classes
- * do, cycled every block a class ever carved, and each page any of them was
- * ever written on stayed resident. With the lowest block first, the blocks
- * a class needed only at a peak stay free until the next peak: they are the
- * top of the slab's carved blocks.
+ * Lowest first: malloc puts the frees since its last call into the free
+ * list in address order before it pops. Taking the lists by turns, as the
+ * other classes do, cycled every block a class ever carved, and each page
+ * any of them was ever written on stayed resident. With the lowest block
+ * first, the blocks a class needed only at a peak stay free until the next
+ * peak: they are the top of the slab's carved blocks.
  *
  * Idle tops: those blocks still keep the pages they were written on. The
- * owner looks at its big classes' current slabs every second (more if
- * HAKMEM_PURGE_DELAY_MS is above 100: ten delays), on its big mallocs
- * (reading the coarse clock every 32nd): a free block gets a stamp (the
- * look's number, in its first page, beyond the words the free list and the
- * checks use), and malloc wipes the stamp of a block it hands out. A block
- * that still holds an earlier look's stamp was not handed out for a whole
- * period. When the carved blocks from some index up are all free and idle
- * in a slab, they are uncarved (off the free list; carving makes them again
- * when the class needs them) and given back in one madvise: the largest
- * such top among the heap's classes, and at most one call every 20 s in
- * the whole process (HAKMEM_BIG_IDLE_SPACING_MS; 0: never). That bound is what keeps the syscall budget (at most
- * one call per 10^8 operations: bench_random_mixed with blocks to 1 MiB
- * runs 5–6 million a second) for a working set whose rare peaks keep
- * coming back, where a block given back as soon as it went idle for a
- * period made 11–13 madvise calls in 60 million operations. HAKMEM_PURGE=off
- * never looks either. A thread that stops allocating big blocks stops looking. */
+ * owner looks at its big classes' current slabs every second (or every ten
+ * purge delays, if longer), from its big mallocs (the coarse clock read
+ * every 32nd): a free block gets a stamp (the look's number, in its first
+ * page, beyond the words the free list and the checks use), and malloc
+ * wipes the stamp of a block it hands out. A block that still holds an
+ * earlier look's stamp was not handed out for a whole period. When the
+ * carved blocks from some index up are all free and idle, they are
+ * uncarved (off the free list; carving makes them again when the class
+ * needs them) and given back in one madvise: the largest such top among
+ * the heap's classes, and at most one call per HAKMEM_BIG_IDLE_SPACING_MS
+ * (20 s; 0: never) in the whole process. That bound keeps the syscall
+ * budget (one call per 10^8 operations; bench_random_mixed with blocks to
+ * 1 MiB runs 5-6 million a second) for a working set whose rare peaks keep
+ * coming back: giving back each block once it went idle for a period made
+ * 11-13 madvise calls in 60 million operations. HAKMEM_PURGE=off never
+ * looks either; a thread that stops allocating big blocks stops looking. */
 #include "internal.h"
 
 #define BIG_TICK_EVERY 32
