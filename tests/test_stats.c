@@ -201,15 +201,20 @@ static void test_mallinfo(void) {
   printf("  mallinfo2/mallinfo/malloc_stats agree with hak_stats_get\n");
 }
 
-static void test_print(void) {
+/* hak_stats_print's report, into buf. */
+static void report_text(char *buf, size_t cap) {
   FILE *f = tmpfile();
   CHECK(f != NULL, "tmpfile");
   hak_stats_print(f);
   rewind(f);
-  char buf[32768];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  size_t n = fread(buf, 1, cap - 1, f);
   buf[n] = '\0';
   fclose(f);
+}
+
+static void test_print(void) {
+  char buf[32768];
+  report_text(buf, sizeof buf);
   static const char *const want[] = {"hakmem statistics (pid ", "\nlane ", "\ntiny (<=1 KiB) ", "\nmid (<=256 KiB) ",
                                      "\nlarge ", "\ntotal ", "\nlarge blocks: ", "\nmemory: ", "\nos calls: mmap "};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
@@ -227,14 +232,8 @@ static void test_print(void) {
 
 /* The report's "large spans in use" figure, in MiB. */
 static size_t spans_in_use_mib(void) {
-  FILE *f = tmpfile();
-  CHECK(f != NULL, "tmpfile");
-  hak_stats_print(f);
-  rewind(f);
   char buf[32768];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  buf[n] = '\0';
-  fclose(f);
+  report_text(buf, sizeof buf);
   const char *at = strstr(buf, "large spans in use ");
   size_t mib = 0;
   CHECK(at != NULL && sscanf(at + 19, "%zu", &mib) == 1, "no resident line:\n%s", buf);
