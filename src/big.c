@@ -40,6 +40,9 @@ static uint64_t spacing_ns; /* HAKMEM_BIG_IDLE_SPACING_MS; 0: never */
 static _Atomic uint64_t last_give_ns; /* the last give-back (or the first look) */
 
 void hm_big_init(void) {
+  /* hm_malloc routes the sizes above MEDIUM_MAX here: the big slabs' classes */
+  HM_ASSERT(hm_class_kind[hm_size_class(MEDIUM_MAX)] != KIND_BIG &&
+            hm_class_kind[hm_size_class(MEDIUM_MAX + 1)] == KIND_BIG);
   stamp_key = hm_random_u64();
   period_ns = hm_purge_delay_ns * 10;
   if (period_ns < 1000000000u) period_ns = 1000000000u;
