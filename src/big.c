@@ -68,8 +68,9 @@ static uint32_t stamp_get(block_t *b) {
  * (*lowest: the lowest of them; *before: its predecessor on the list, NULL
  * if it is the head). */
 static unsigned idle_top(slab_t *s, uint32_t look, block_t **lowest, block_t **before) {
-  char *start = hm_slab_start(s);
+  if (s->carved == 0) return 0;
   uint32_t bs = s->block_size;
+  char *top = hm_slab_start(s) + (size_t)(s->carved - 1) * bs;
   unsigned run = 0;
   block_t *prev = NULL;
   for (block_t *b = s->free; b != NULL; prev = b, b = hm_next_get(s, b)) {
@@ -77,7 +78,6 @@ static unsigned idle_top(slab_t *s, uint32_t look, block_t **lowest, block_t **b
     bool idle = st != 0 && st < look;
     if (st == 0) *stamp_of(b) = stamp_key ^ look;
     /* a run of idle blocks, each the next by address, up to the top */
-    size_t idx = (size_t)((char *)b - start) / bs;
     if (idle && run > 0 && (char *)b == (char *)*lowest + (size_t)run * bs) {
       run++;
     } else if (idle) {
@@ -87,7 +87,7 @@ static unsigned idle_top(slab_t *s, uint32_t look, block_t **lowest, block_t **b
     } else {
       run = 0;
     }
-    if (idx + 1 == s->carved) return hm_next_get(s, b) == NULL ? run : 0;
+    if ((char *)b == top) return hm_next_get(s, b) == NULL ? run : 0;
   }
   return 0; /* the top block is not on the free list */
 }
@@ -136,17 +136,22 @@ static void big_tick(heap_t *h) {
   if (h->big_due_ns == 0 || now >= h->big_due_ns) h->big_due_ns = now + period_ns;
 }
 
-/* Block l into s's free list at head, in address order (before the first
- * higher block); returns the new head. */
-static block_t *insert_by_address(slab_t *s, block_t *head, block_t *l) {
-  block_t *prev = NULL, *at = head;
-  while (at != NULL && at < l) {
-    prev = at;
-    at = hm_next_get(s, at);
+/* The blocks of chain into s's sorted free list at head, each in address
+ * order (before the first higher block); returns the new head. */
+static block_t *insert_by_address(slab_t *s, block_t *head, block_t *chain) {
+  for (block_t *l = chain, *next; l != NULL; l = next) {
+    next = hm_next_get(s, l);
+    block_t *prev = NULL, *at = head;
+    while (at != NULL && at < l) {
+      prev = at;
+      at = hm_next_get(s, at);
+    }
+    hm_next_set(s, l, at);
+    if (prev == NULL)
+      head = l;
+    else
+      hm_next_set(s, prev, l);
   }
-  hm_next_set(s, l, at);
-  if (prev == NULL) return l;
-  hm_next_set(s, prev, l);
   return head;
 }
 
@@ -167,17 +172,10 @@ void *hm_malloc_big(size_t n) {
       block_t *prefix = head;
       head = hm_next_get(s, cut);
       hm_next_set(s, cut, NULL);
-      for (block_t *b = prefix; b != NULL; b = next) {
-        next = hm_next_get(s, b);
-        head = insert_by_address(s, head, b);
-      }
+      head = insert_by_address(s, head, prefix);
     }
     s->local_free = NULL;
-    for (; l != NULL; l = next) {
-      next = hm_next_get(s, l);
-      head = insert_by_address(s, head, l);
-    }
-    s->free = head;
+    s->free = insert_by_address(s, head, l);
   }
   block_t *b = hm_slab_pop(h, s, n);
   if (b != NULL) {
