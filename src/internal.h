@@ -364,6 +364,11 @@ typedef struct heap {
   /* classes whose current slab emptied by this thread's frees since a new
    * slab was last taken: the ones that look needs to visit then */
   uint64_t emptied_cur[(NUM_CLASSES + 63) / 64];
+  /* per class, a slab that emptied while not the current one, kept with
+   * its blocks on its lists for the class's next slab (heap.c, "spare"):
+   * a class cycling through two slabs then never gives one back and takes
+   * it again. Its class's emptied_cur bit is set, so looks release it. */
+  slab_t *spare[NUM_CLASSES];
   superslab_t *all;                /* every owned SS */
   _Atomic int pending_hint;        /* some owned SS has pending notifications */
   /* big-slab classes: looks for idle free blocks (big.c) */

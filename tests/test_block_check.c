@@ -68,12 +68,19 @@ int main(void) {
 
   /* A slab emptied and released: every free into it is invalid, by the
    * owner too (its blocks' tags may be gone with the memory given back).
-   * 3000 blocks of 64 B fill more than one 64 KiB slab: the first is
+   * 3000 blocks of 64 B fill three 64 KiB slabs: the middle one, emptied
+   * first, is kept as the class's spare; the first, emptied next, is
    * released. */
   enum { N = 3000 };
   static char *v[N];
   for (int i = 0; i < N; i++) CHECK((v[i] = malloc(64)) != NULL, "malloc");
   slab_t *s = hm_slab_of(hm_ss_of(v[0]), v[0]);
+  slab_t *middle = hm_slab_of(hm_ss_of(v[N / 2]), v[N / 2]);
+  CHECK(middle != s && middle != hm_slab_of(hm_ss_of(v[N - 1]), v[N - 1]), "the blocks are not in three slabs");
+  for (int i = 0; i < N; i++)
+    if (hm_slab_of(hm_ss_of(v[i]), v[i]) == middle) free(v[i]);
+  CHECK(middle->in_use == SLAB_ACTIVE && middle->carved > 0 && hm_tls_heap->spare[middle->cls] == middle,
+        "the emptied middle slab is not the class's spare (in_use %u, carved %u)", middle->in_use, middle->carved);
   for (int i = 0; i < N; i++)
     if (hm_slab_of(hm_ss_of(v[i]), v[i]) == s) free(v[i]);
   CHECK(s->in_use == SLAB_UNUSED && s->carved == 0 && hm_shape_of(s)->carved_kept > 0,
@@ -84,6 +91,6 @@ int main(void) {
   CHECK(s->limit == 0, "released slab: descriptor limit %llu", (unsigned long long)s->limit);
   printf("  a released slab accepts no free\n");
   for (int i = 0; i < N; i++)
-    if (hm_slab_of(hm_ss_of(v[i]), v[i]) != s) free(v[i]);
+    if (hm_slab_of(hm_ss_of(v[i]), v[i]) != s && hm_slab_of(hm_ss_of(v[i]), v[i]) != middle) free(v[i]);
   return 0;
 }

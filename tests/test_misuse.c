@@ -311,15 +311,26 @@ static void c_double_abandoned(void) {
   free(announce(a));
 }
 
-/* 64-byte blocks fill 64 KiB slabs: of RELEASE_N such blocks in v, free
- * those of the first one's slab, which empties and releases that slab (the
- * SuperSlab stays in use). Returns the slab's address. */
+/* Free the blocks of v[0..n) in the 64 KiB slab at `slab`. */
+static void free_slab_blocks(char **v, int n, uintptr_t slab) {
+  for (int i = 0; i < n; i++)
+    if (((uintptr_t)v[i] & ~(uintptr_t)0xffff) == slab) free(v[i]);
+}
+
+/* 64-byte blocks fill 64 KiB slabs: of RELEASE_N such blocks in v (three
+ * slabs), free those of the middle slab, which becomes the class's spare,
+ * then those of the first one's slab, which empties and releases that
+ * slab, the class having a spare (the SuperSlab stays in use). Returns
+ * the first slab's address. */
 enum { RELEASE_N = 3000 };
 static uintptr_t release_first_slab(char **v) {
   for (int i = 0; i < RELEASE_N; i++) CHECK((v[i] = malloc(64)) != NULL, "malloc");
   uintptr_t slab = (uintptr_t)v[0] & ~(uintptr_t)0xffff;
-  for (int i = 0; i < RELEASE_N; i++)
-    if (((uintptr_t)v[i] & ~(uintptr_t)0xffff) == slab) free(v[i]);
+  uintptr_t middle = (uintptr_t)v[RELEASE_N / 2] & ~(uintptr_t)0xffff;
+  uintptr_t last = (uintptr_t)v[RELEASE_N - 1] & ~(uintptr_t)0xffff;
+  CHECK(middle != slab && middle != last, "the 64-byte blocks are not in three slabs");
+  free_slab_blocks(v, RELEASE_N, middle);
+  free_slab_blocks(v, RELEASE_N, slab);
   return slab;
 }
 

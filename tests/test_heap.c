@@ -1,0 +1,105 @@
+/* Thread heaps (src/heap.c): test_heap MODE. hakmem is linked in (malloc
+ * and free are its own) and its internals are read through internal.h.
+ *
+ *   spare   a class whose rounds of mallocs need two 64 KiB slabs keeps the
+ *           one that empties while the other serves (the class's spare):
+ *           neither goes back to its SuperSlab round after round; a second
+ *           emptied slab of the class is released; hak_collect releases the
+ *           spare; a class of bigger slabs keeps no spare */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hakmem.h"
+#include "internal.h"
+#include "test_common.h"
+
+static slab_t *slab_of(void *p) { return hm_slab_of(hm_ss_of(p), p); }
+
+static bool released(const slab_t *s) {
+  return s->in_use == SLAB_UNUSED && (hm_ss_of(s)->free_mask >> hm_slab_idx(s) & 1u);
+}
+
+/* ROUNDS rounds of N mallocs of `size` and their frees, in order; returns
+ * how many rounds ended with one of the two slabs released. */
+static int rounds_of(size_t size, int n, int rounds, slab_t **a, slab_t **b) {
+  static void *v[1000];
+  int lost = 0;
+  *a = *b = NULL;
+  for (int r = 0; r < rounds; r++) {
+    for (int i = 0; i < n; i++) {
+      CHECK((v[i] = malloc(size)) != NULL, "malloc(%zu)", size);
+      memset(v[i], r, size);
+      slab_t *s = slab_of(v[i]);
+      if (*a == NULL) *a = s;
+      else if (s != *a && *b == NULL) *b = s;
+      CHECK(s == *a || s == *b, "round %d: a third slab for %d blocks of %zu B", r, n, size);
+    }
+    for (int i = 0; i < n; i++) free(v[i]);
+    lost += released(*a) || released(*b);
+  }
+  return lost;
+}
+
+static void t_spare(void) {
+  /* 768 B: 85 blocks to a 64 KiB slab, so 100 need two */
+  slab_t *a, *b;
+  int lost = rounds_of(768, 100, 200, &a, &b);
+  unsigned c = a->cls;
+  heap_t *h = hm_tls_heap;
+  /* (checked before printf's buffer is allocated: a class that needs a
+   * slab while none is unused in the SuperSlabs releases the spares) */
+  CHECK(b != NULL, "100 blocks of 768 B in one slab");
+  CHECK(lost == 0, "%d of 200 rounds gave a slab back to its SuperSlab", lost);
+  CHECK((h->cur[c] == a && h->spare[c] == b) || (h->cur[c] == b && h->spare[c] == a),
+        "the two slabs are not the current one and the spare");
+  slab_t *spare = h->spare[c];
+  CHECK(spare->used == 0 && spare->in_use == SLAB_ACTIVE && spare->carved > 0, "the spare: used %u, state %u",
+        spare->used, spare->in_use);
+  printf("spare: 768 B, 200 rounds over two slabs: %d rounds released one\n", lost);
+
+  /* With a spare, the next slab of the class to empty is released: three
+   * slabs' worth, the first two freed (the third serves). */
+  static void *w[300];
+  for (int i = 0; i < 300; i++) CHECK((w[i] = malloc(768)) != NULL, "malloc");
+  slab_t *first = slab_of(w[0]), *last = slab_of(w[299]);
+  int third = 0;
+  for (int i = 0; i < 300; i++) third |= slab_of(w[i]) != first && slab_of(w[i]) != last;
+  CHECK(third && first != last, "300 blocks of 768 B not in three slabs");
+  for (int i = 0; i < 300; i++)
+    if (slab_of(w[i]) != last) free(w[i]);
+  slab_t *kept = h->spare[c];
+  CHECK(kept != NULL && kept != last, "no spare after two slabs emptied");
+  int n_released = 0;
+  for (int i = 0; i < 300; i++) {
+    slab_t *s = slab_of(w[i]);
+    if (s != last && s != kept && released(s)) n_released++;
+  }
+  printf("spare: two slabs emptied beside the current one: one kept, the other's %d blocks released\n", n_released);
+  CHECK(n_released > 0, "the second emptied slab was not released");
+  for (int i = 0; i < 300; i++)
+    if (slab_of(w[i]) == last) free(w[i]);
+
+  /* hak_collect gives the spare back to its SuperSlab */
+  hak_collect(false);
+  CHECK(h->spare[c] == NULL, "hak_collect left the spare");
+  CHECK(released(kept) || hm_reg_kind((uintptr_t)kept) != REG_SS, "hak_collect: the spare was not released");
+
+  /* 16 KiB blocks (512 KiB slabs): no spare */
+  lost = rounds_of(16384, 40, 20, &a, &b);
+  CHECK(b != NULL, "40 blocks of 16 KiB in one slab");
+  CHECK(h->spare[a->cls] == NULL, "a spare for a class of 512 KiB slabs");
+  CHECK(lost == 20, "16 KiB: %d of 20 rounds released a slab, not every one", lost);
+  printf("spare: 16 KiB blocks: no spare, a slab released every round\n");
+}
+
+int main(int argc, char **argv) {
+  tc_test_name = "heap";
+  if (!HAKMEM_SPECIFIC) return 77;
+  if (argc < 2) FAILF("usage: test_heap MODE");
+  free(malloc(1)); /* start-up */
+  if (!strcmp(argv[1], "spare")) t_spare();
+  else FAILF("unknown mode %s", argv[1]);
+  printf("heap %s: ok\n", argv[1]);
+  return 0;
+}
