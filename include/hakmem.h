@@ -113,7 +113,8 @@ HAK_API void hak_stats_print(FILE *f);
 HAK_API void hak_options_write(int fd);
 /* Give unused memory back to the OS now, without waiting for
  * HAKMEM_PURGE_DELAY_MS. all=false: the calling thread's unused memory (its
- * empty slabs, the current ones included) and the shared caches (empty
+ * empty slabs, the current ones included, and the pages of its free blocks
+ * above 64 KiB but each one's first) and the shared caches (empty
  * SuperSlabs, which are unmapped, and the large lane's cached spans).
  * all=true: also every other thread's unused slabs and the memory of exited
  * threads once the frees made into it are collected; malloc_trim(0) is

@@ -25,7 +25,10 @@
  * 1 MiB runs 5-6 million a second) for a working set whose rare peaks keep
  * coming back: giving back each block once it went idle for a period made
  * 11-13 madvise calls in 60 million operations. HAKMEM_PURGE=off never
- * looks either; a thread that stops allocating big blocks stops looking. */
+ * looks either; a thread that stops allocating big blocks stops looking.
+ *
+ * hak_collect and malloc_trim give back the pages of every free block of
+ * the calling thread's big slabs but its first (hm_big_collect). */
 #include "internal.h"
 
 #define BIG_TICK_EVERY 32
@@ -55,8 +58,12 @@ void hm_big_reset(heap_t *h) {
   h->big_due_ns = 0;
 }
 
-/* A free block's stamp: the look that wrote it, or 0 (none: the program's
- * data, or wiped). */
+/* The stamp of a free block whose pages past the first hak_collect gave
+ * back (no look reaches that number). */
+#define STAMP_COLLECTED UINT32_MAX
+
+/* A free block's stamp: the look that wrote it, STAMP_COLLECTED, or 0
+ * (none: the program's data, or wiped). */
 static uint64_t *stamp_of(block_t *b) { return (uint64_t *)((char *)b + BIG_STAMP_OFF); }
 static uint32_t stamp_get(block_t *b) {
   uint64_t v = *stamp_of(b) ^ stamp_key;
@@ -75,7 +82,7 @@ static unsigned idle_top(slab_t *s, uint32_t look, block_t **lowest, block_t **b
   block_t *prev = NULL;
   for (block_t *b = s->free; b != NULL; prev = b, b = hm_next_get(s, b)) {
     uint32_t st = stamp_get(b);
-    bool idle = st != 0 && st < look;
+    bool idle = st != 0 && (st < look || st == STAMP_COLLECTED);
     if (st == 0) *stamp_of(b) = stamp_key ^ look;
     /* a run of idle blocks, each the next by address, up to the top */
     if (idle && run > 0 && (char *)b == (char *)*lowest + (size_t)run * bs) {
@@ -125,6 +132,32 @@ static void big_look(heap_t *h, uint64_t now) {
   hm_slab_set_carved(best, best->carved - best_n);
   hm_stats_released(best->cls, best_n);
   hm_os_purge(best_low, best_bytes);
+}
+
+/* hak_collect and malloc_trim: the free blocks of h's big slabs give back
+ * their pages past the first (which holds the list link, the checks' tag
+ * and the stamp), one madvise each, and are stamped so that the next
+ * collect skips them; malloc wipes the stamp. Blocks in use between them
+ * keep a slab's free blocks from being uncarved (big_look), and each can
+ * hold up to a megabyte. Returns the bytes given back. */
+size_t hm_big_collect(heap_t *h) {
+  size_t bytes = 0;
+  if (hm_purge_mode == PURGE_OFF) return 0;
+  for (superslab_t *ss = h->all; ss != NULL; ss = ss->all_next) {
+    if (ss->kind != KIND_BIG) continue;
+    slab_t *s = &ss->slabs[0];
+    if (s->in_use == SLAB_UNUSED) continue;
+    block_t *lists[2] = {s->free, s->local_free};
+    for (unsigned k = 0; k < 2; k++)
+      for (block_t *b = lists[k]; b != NULL; b = hm_next_get(s, b)) {
+        if (stamp_get(b) == STAMP_COLLECTED) continue;
+        uintptr_t from = ((uintptr_t)b + BIG_STAMP_OFF + sizeof(uint64_t) + PAGE_SIZE_ - 1) & ~(uintptr_t)(PAGE_SIZE_ - 1);
+        uintptr_t to = ((uintptr_t)b + s->block_size) & ~(uintptr_t)(PAGE_SIZE_ - 1);
+        if (to > from && hm_os_purge((void *)from, to - from) == 0) bytes += to - from;
+        *stamp_of(b) = stamp_key ^ STAMP_COLLECTED;
+      }
+  }
+  return bytes;
 }
 
 /* Every BIG_TICK_EVERY-th big malloc of a heap: a look when one is due. */

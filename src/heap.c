@@ -1103,8 +1103,9 @@ void hm_heap_release_empty_cur(void) {
 }
 
 /* hak_collect: give back what the calling thread holds unused: its empty
- * current slabs, slabs emptied by other threads' frees, and the unused
- * slabs of its SuperSlabs. Returns the bytes given back with madvise. */
+ * current slabs and spares, slabs emptied by other threads' frees, the
+ * unused slabs of its SuperSlabs, and the free blocks of its big slabs
+ * (hm_big_collect). Returns the bytes given back with madvise. */
 size_t hm_heap_collect_own(void) {
   heap_t *h = hm_tls_heap;
   if (h == &hm_empty_heap) return 0;
@@ -1127,7 +1128,7 @@ size_t hm_heap_collect_own(void) {
     }
     if (!gone) bytes += hm_purge_ss_now(ss);
   }
-  return bytes;
+  return bytes + hm_big_collect(h);
 }
 
 /* fork: no thread may hold the lock while the child is created. The child

@@ -437,6 +437,7 @@ HM_HIDDEN void *hm_alloc_class(unsigned cls);
 HM_HIDDEN void *hm_malloc_big(size_t n);
 HM_HIDDEN void hm_big_init(void);
 HM_HIDDEN void hm_big_reset(heap_t *h);
+HM_HIDDEN size_t hm_big_collect(heap_t *h);
 HM_HIDDEN void hm_free_local_slow(heap_t *h, slab_t *s);
 HM_HIDDEN void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b);
 HM_HIDDEN void hm_free_push_slow(heap_t *h, superslab_t *ss, slab_t *t, block_t *b);

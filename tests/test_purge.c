@@ -7,6 +7,8 @@
  *              block grown within its span is given back whole
  *   lazy       HAKMEM_PURGE_DELAY_MS=600: not before the delay, soon after
  *   trim       malloc_trim(0), hak_collect(false) and hak_collect(true)
+ *   trim_big   malloc_trim(0) gives back the free blocks of big slabs between
+ *              blocks in use (all but their first page), once
  *   reuse      purged memory reused: zeros, contents kept, honest byte counts
  *   race       threads reuse slabs while others purge them (no lost writes)
  *   bg         HAKMEM_BG_PURGE=1: RSS falls while the program sleeps; in a
@@ -274,6 +276,44 @@ static void t_trim(void) {
   pthread_mutex_unlock(&mu);
   pthread_join(t, NULL);
   printf("trim: pinned other thread %zu -> %zu MiB after hak_collect(true)\n", mid / MiB, after / MiB);
+}
+
+/* The free blocks of big slabs between blocks in use: malloc_trim gives
+ * back their pages (all but each block's first), once; the blocks in use
+ * keep their contents, and the freed ones work when handed out again. */
+static void t_trim_big(void) {
+  enum { N = 40 };
+  const size_t bs = 256 << 10; /* 7 to a 2 MiB slab */
+  static unsigned char *v[N];
+  for (int i = 0; i < N; i++) {
+    CHECK((v[i] = malloc(bs)) != NULL, "malloc(%zu)", bs);
+    memset(v[i], 0x50 + i % 16, bs);
+  }
+  for (int i = 0; i < N; i += 2) free(v[i]);
+  size_t before = tc_rss_bytes();
+  struct hak_os_stats a = os();
+  CHECK(malloc_trim(0) == 1, "malloc_trim(0) returned 0 with %d big blocks free", N / 2);
+  struct hak_os_stats b = os();
+  size_t after = tc_rss_bytes();
+  size_t expect = (size_t)(N / 2) * (bs - 4096);
+  printf("trim_big: %d free blocks of 256 KiB between blocks in use: RSS %zu -> %zu KiB, %zu madvise calls\n", N / 2,
+         before >> 10, after >> 10, b.madvise_calls - a.madvise_calls);
+  CHECK(before > after && before - after >= expect - expect / 8, "malloc_trim gave back %zd KiB of the %zu KiB free",
+        (ssize_t)(before - after) / 1024, expect >> 10);
+  CHECK(b.madvise_calls - a.madvise_calls >= N / 2, "%zu madvise calls for %d free blocks",
+        b.madvise_calls - a.madvise_calls, N / 2);
+  malloc_trim(0);
+  struct hak_os_stats c = os();
+  CHECK(c.madvise_calls - b.madvise_calls < N / 2, "a second malloc_trim gave the blocks back again (%zu calls)",
+        c.madvise_calls - b.madvise_calls);
+  for (int i = 1; i < N; i += 2)
+    for (size_t k = 0; k < bs; k += 4096)
+      CHECK(v[i][k] == 0x50 + i % 16 && v[i][bs - 1] == 0x50 + i % 16, "block %d in use lost its contents", i);
+  for (int i = 0; i < N; i += 2) {
+    CHECK((v[i] = malloc(bs)) != NULL, "malloc(%zu)", bs);
+    memset(v[i], 0x60, bs);
+  }
+  for (int i = 0; i < N; i++) free(v[i]);
 }
 
 static void t_reuse(void) {
@@ -777,6 +817,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(m, "eager")) t_eager();
   else if (!strcmp(m, "lazy")) t_lazy();
   else if (!strcmp(m, "trim")) t_trim();
+  else if (!strcmp(m, "trim_big")) t_trim_big();
   else if (!strcmp(m, "reuse")) t_reuse();
   else if (!strcmp(m, "race")) t_race();
   else if (!strcmp(m, "bg")) t_bg();
