@@ -1,8 +1,8 @@
-/* bench_tiny [ROUNDS] [BATCH]
+/* bench_tiny [ROUNDS] [BATCH] [SIZE]
  *
- * Per tiny size class (every 16 bytes from 16 to 1024), BATCH (default 100)
- * allocations, then BATCH frees in allocation order; repeated ROUNDS times
- * (default 5000) per size.  Each malloc and each free is one operation.
+ * Per tiny size class (every 16 bytes from 16 to 1024; SIZE: that size
+ * only), BATCH (default 100) allocations, then BATCH frees in allocation
+ * order; repeated ROUNDS times (default 5000) per size.  Each malloc and each free is one operation.
  * Measures the thread-local fast path of the allocator: allocation from and
  * return to a cache that is warm after the first round.
  *
@@ -37,11 +37,12 @@ static BENCH_NOINLINE uint64_t run_size(void **ptrs, size_t size, uint64_t round
 }
 
 int main(int argc, char **argv) {
-  if (argc > 3 || (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))) {
+  if (argc > 4 || (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))) {
     fprintf(stderr,
-            "usage: %s [ROUNDS] [BATCH]\n"
+            "usage: %s [ROUNDS] [BATCH] [SIZE]\n"
             "  ROUNDS  repetitions per size (default 5000)\n"
-            "  BATCH   allocations before the frees (default 100)\n",
+            "  BATCH   allocations before the frees (default 100)\n"
+            "  SIZE    run this size only (1..1024; default every 16 B from 16)\n",
             argv[0]);
     return 2;
   }
@@ -49,6 +50,11 @@ int main(int argc, char **argv) {
   uint64_t batch = argc > 2 ? parse_u64(argv[2], "BATCH") : 100;
   if (batch == 0 || batch > 1000000) {
     fprintf(stderr, "BATCH must be 1..1000000\n");
+    return 2;
+  }
+  uint64_t only = argc > 3 ? parse_u64(argv[3], "SIZE") : 0;
+  if (argc > 3 && (only == 0 || only > MAX_SIZE)) {
+    fprintf(stderr, "SIZE must be 1..%d\n", MAX_SIZE);
     return 2;
   }
   void **ptrs = calloc(batch, sizeof *ptrs);
@@ -60,7 +66,7 @@ int main(int argc, char **argv) {
   double total_secs = 0;
   printf("benchmark: bench_tiny rounds: %llu batch: %llu\n",
          (unsigned long long)rounds, (unsigned long long)batch);
-  for (size_t size = MIN_SIZE; size <= MAX_SIZE; size += STEP) {
+  for (size_t size = only ? only : MIN_SIZE; size <= (only ? only : MAX_SIZE); size += STEP) {
     double t0 = now_sec();
     checksum += run_size(ptrs, size, rounds, (uint32_t)batch);
     double secs = now_sec() - t0;
@@ -68,8 +74,8 @@ int main(int argc, char **argv) {
     total_ops += ops;
     total_secs += secs;
     /* Print a few representative classes (powers of two and 1024). */
-    if ((size & (size - 1)) == 0 || size == 48 || size == 96 || size == 192 ||
-        size == 384 || size == 768)
+    if (only || (size & (size - 1)) == 0 || size == 48 || size == 96 || size == 192 || size == 384 ||
+        size == 768)
       printf("size %4zu: %.0f ops/s\n", size, (double)ops / (secs > 0 ? secs : 1e-9));
   }
   free(ptrs);

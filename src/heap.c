@@ -803,7 +803,7 @@ void *hm_alloc_class(unsigned c) {
  * Released, it would go back to its SuperSlab, marked unused (a clock read
  * and four atomic operations), and be taken back the next time the current
  * slab runs dry: bench_tiny's 768-byte round of 100 blocks, 85 to a slab,
- * did that every round (330M operations a second, 438M with the spare).
+ * did that every round (+16-18% with the spare).
  * Only small slabs: a spare stays its thread's until the thread's next
  * look (release_if_idle), and the larger blocks' programs touch more
  * memory per slab taken than taking it costs. */
