@@ -253,15 +253,13 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
   return s;
 }
 
-/* An empty slab leaves the avail or sparse list it is on (ACTIVE). */
+/* An empty slab leaves the avail or sparse list it is on (ACTIVE). (A
+ * sparse slab keeps its notify bit: slab_release clears it.) */
 static void slab_unlist(heap_t *h, slab_t *s) {
-  if (s->in_use == SLAB_LISTED) {
+  if (s->in_use == SLAB_LISTED)
     avail_unlink(h, s);
-  } else if (s->in_use == SLAB_SPARSE) {
+  else if (s->in_use == SLAB_SPARSE)
     sparse_unlink(h, s);
-    /* (no block is out, so no other thread pushes: only the notify bit) */
-    atomic_store_explicit(hm_slab_remote(s), 0, memory_order_relaxed);
-  }
 }
 
 /* Give an empty slab back to its SuperSlab, and an empty SuperSlab back to
@@ -280,10 +278,12 @@ static bool slab_release(heap_t *h, slab_t *s) {
    * taking the slab again for the class needs no carving (ss_take_slab). */
   hm_shape_of(s)->carved_kept = s->carved;
   hm_slab_set_carved(s, 0);
-  /* Its remote list is empty: used counts the blocks on it, and the notify
-   * bit goes with the FULL state. (No store: in the default layout the
-   * list is on another line than the descriptor.) */
-  HM_ASSERT(atomic_load_explicit(hm_slab_remote(s), memory_order_relaxed) == 0);
+  /* Its remote list is empty (used counts the blocks on it), but the
+   * notify bit may have stayed since the slab was last FULL: cleared, as
+   * the next owner of the slab expects. (No block is out: no push races.) */
+  uintptr_t r = atomic_load_explicit(hm_slab_remote(s), memory_order_relaxed);
+  HM_ASSERT(r <= REMOTE_NOTIFY);
+  if (r != 0) atomic_store_explicit(hm_slab_remote(s), 0, memory_order_relaxed);
   bool had_none = ss->free_mask == 0;
   ss->free_mask |= 1u << hm_slab_idx(s);
   if (ss->free_mask == ss_all_mask(ss)) {
@@ -395,10 +395,21 @@ static bool slab_refill_carve(slab_t *s) {
 }
 
 /* The slab has no free block: ask remote frees to notify us. Fails when a
- * remote free slipped in, so the caller can use that block instead. */
+ * remote free slipped in, so the caller can use that block instead. The
+ * notify bit stays set when the slab leaves the FULL state by its owner's
+ * free (hm_free_local_slow), until a remote free takes it: so a slab that
+ * cycles through FULL by its owner's frees alone sets it once, and each
+ * later time finds it set, with no atomic operation (random_mixed at ws
+ * 40,000 marks a slab FULL every 23 mallocs). A remote free on a listed
+ * slab that still has the bit notifies the owner needlessly:
+ * heap_process_pending skips a slab that is not FULL. */
 static bool slab_try_mark_full(slab_t *s) {
-  uintptr_t expected = 0;
-  if (!atomic_compare_exchange_strong(hm_slab_remote(s), &expected, REMOTE_NOTIFY)) return false;
+  _Atomic uintptr_t *r = hm_slab_remote(s);
+  uintptr_t expected = atomic_load_explicit(r, memory_order_relaxed);
+  /* (the bit set and no block: any push from now on notifies) */
+  if (expected != REMOTE_NOTIFY &&
+      (expected != 0 || !atomic_compare_exchange_strong(r, &expected, REMOTE_NOTIFY)))
+    return false;
   HM_ASSERT(s->used == s->capacity);
   s->in_use = SLAB_FULL;
   s->used = 1;
@@ -821,8 +832,7 @@ static void slab_emptied(heap_t *h, slab_t *s) {
 /* The fast path of free saw the slab emptied or FULL. */
 void hm_free_local_slow(heap_t *h, slab_t *s) {
   if (s->in_use == SLAB_FULL) {
-    atomic_fetch_and_explicit(hm_slab_remote(s), ~REMOTE_NOTIFY, memory_order_relaxed);
-    slab_unfull(s, 1);
+    slab_unfull(s, 1); /* (the notify bit stays: slab_try_mark_full) */
     avail_push(h, s);
   }
   if (s->used == 0) {
