@@ -5,7 +5,11 @@
  *           one that empties while the other serves (the class's spare):
  *           neither goes back to its SuperSlab round after round; a second
  *           emptied slab of the class is released; hak_collect releases the
- *           spare; a class of bigger slabs keeps no spare */
+ *           spare; a class of bigger slabs keeps no spare
+ *   notify  a slab taken out of FULL by its owner's free keeps its notify
+ *           bit; marked FULL again without setting it, it still hears of
+ *           another thread's free: the block comes back to the owner */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,12 +97,70 @@ static void t_spare(void) {
   printf("spare: 16 KiB blocks: no spare, a slab released every round\n");
 }
 
+static void *free_it(void *p) {
+  free(p);
+  return NULL;
+}
+
+static uintptr_t remote_word(const slab_t *s) { return atomic_load(hm_slab_remote(s)); }
+
+/* malloc(size) up to `tries` times until it hands out `want`; the blocks
+ * handed out meanwhile go to *kept (up to 400). Returns whether it did. */
+static bool malloc_until(size_t size, void *want, int tries, void **kept, int *n_kept) {
+  for (int i = 0; i < tries; i++) {
+    void *p = malloc(size);
+    CHECK(p != NULL, "malloc(%zu)", size);
+    if (p == want) return true;
+    CHECK(*n_kept < 400, "too many blocks kept");
+    kept[(*n_kept)++] = p;
+  }
+  return false;
+}
+
+static void t_notify(void) {
+  enum { N = 200 };
+  static void *v[N], *kept[400];
+  int n_kept = 0;
+  for (int i = 0; i < N; i++) CHECK((v[i] = malloc(1024)) != NULL, "malloc");
+  slab_t *s = slab_of(v[0]);
+  CHECK(slab_of(v[1]) == s && slab_of(v[N - 1]) != s, "1 KiB blocks: the first two not in one slab");
+  CHECK(s->in_use == SLAB_FULL && remote_word(s) == REMOTE_NOTIFY, "the first slab is not FULL (state %u, remote %#lx)",
+        s->in_use, (unsigned long)remote_word(s));
+  /* the owner's free lists it again, and the bit stays */
+  free(v[0]);
+  CHECK(s->in_use == SLAB_LISTED && remote_word(s) == REMOTE_NOTIFY, "after the owner's free: state %u, remote %#lx",
+        s->in_use, (unsigned long)remote_word(s));
+  /* its one free block handed out again, and one malloc more (which finds
+   * the slab dry): the slab is FULL again */
+  CHECK(malloc_until(1024, v[0], N, kept, &n_kept), "the freed block was not handed out again");
+  CHECK(malloc_until(1024, NULL, 1, kept, &n_kept) == false && s->in_use == SLAB_FULL &&
+            remote_word(s) == REMOTE_NOTIFY,
+        "the slab run dry again: state %u, remote %#lx", s->in_use, (unsigned long)remote_word(s));
+  /* another thread frees one of its blocks: the owner is told, and the
+   * block comes back */
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, free_it, v[1]) == 0, "pthread_create");
+  pthread_join(t, NULL);
+  superslab_t *ss = hm_ss_of(s);
+  CHECK((atomic_load(&ss->pending) >> hm_slab_idx(s) & 1u) && atomic_load(&hm_tls_heap->pending_hint),
+        "the remote free into the FULL slab did not notify the owner");
+  bool back = malloc_until(1024, v[1], 2 * N, kept, &n_kept);
+  printf("notify: a slab FULL again with the bit left set; another thread's free into it %s\n",
+         back ? "came back" : "was lost");
+  CHECK(back, "the block another thread freed into the FULL slab never came back");
+  for (int i = 2; i < N; i++) free(v[i]);
+  free(v[0]);
+  free(v[1]);
+  for (int i = 0; i < n_kept; i++) free(kept[i]);
+}
+
 int main(int argc, char **argv) {
   tc_test_name = "heap";
   if (!HAKMEM_SPECIFIC) return 77;
   if (argc < 2) FAILF("usage: test_heap MODE");
   free(malloc(1)); /* start-up */
   if (!strcmp(argv[1], "spare")) t_spare();
+  else if (!strcmp(argv[1], "notify")) t_notify();
   else FAILF("unknown mode %s", argv[1]);
   printf("heap %s: ok\n", argv[1]);
   return 0;
