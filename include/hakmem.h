@@ -118,7 +118,8 @@ HAK_API void hak_options_write(int fd);
  * SuperSlabs, which are unmapped, and the large lane's cached spans).
  * all=true: also every other thread's unused slabs and the memory of exited
  * threads once the frees made into it are collected; malloc_trim(0) is
- * hak_collect(true). Other threads' current slabs stay theirs. Returns 1
+ * hak_collect(true). Other threads' current slabs, spares and free blocks
+ * above 64 KiB stay theirs. Returns 1
  * if memory was given back, 0 if there was none to give. */
 HAK_API int hak_collect(bool all);
 
