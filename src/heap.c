@@ -400,7 +400,8 @@ static bool slab_refill_carve(slab_t *s) {
  * free (hm_free_local_slow), until a remote free takes it: so a slab that
  * cycles through FULL by its owner's frees alone sets it once, and each
  * later time finds it set, with no atomic operation (random_mixed at ws
- * 40,000 marks a slab FULL every 23 mallocs). A remote free on a listed
+ * 40,000 takes another slab every 11 mallocs, most often after marking
+ * the dry one FULL). A remote free on a listed
  * slab that still has the bit notifies the owner needlessly:
  * heap_process_pending skips a slab that is not FULL. */
 static bool slab_try_mark_full(slab_t *s) {
