@@ -401,9 +401,9 @@ static bool slab_refill_carve(slab_t *s) {
  * cycles through FULL by its owner's frees alone sets it once, and each
  * later time finds it set, with no atomic operation (random_mixed at ws
  * 40,000 takes another slab every 11 mallocs, most often after marking
- * the dry one FULL). A remote free on a listed
- * slab that still has the bit notifies the owner needlessly:
- * heap_process_pending skips a slab that is not FULL. */
+ * the dry one FULL). A remote free on a listed slab that still has the
+ * bit notifies the owner needlessly: heap_process_pending skips a slab
+ * that is not FULL. */
 static bool slab_try_mark_full(slab_t *s) {
   _Atomic uintptr_t *r = hm_slab_remote(s);
   uintptr_t expected = atomic_load_explicit(r, memory_order_relaxed);
@@ -577,12 +577,12 @@ static void heap_release_emptied_cur(heap_t *h, unsigned kind) {
 
 /* A slab for class c that is not the current one: from the owned
  * SuperSlabs, then adopted ones, then the backend. When no unused slab of
- * the kind is resident, other classes' spares, and their current slabs left
- * empty and untouched since the last look, go back first: a program moving on from
- * one size to the next reuses their memory, already resident, instead of
- * touching more (bench_tiny), without waiting for a purge step. (Only
- * then: released slabs left unused are given back by purge steps, and a
- * steady workload must make no system call.) */
+ * the kind is resident, other classes' spares, and their current slabs
+ * left empty and untouched since the last look, go back first: a program
+ * moving on from one size to the next reuses their memory, already
+ * resident, instead of touching more (bench_tiny), without waiting for a
+ * purge step. (Only then: released slabs left unused are given back by
+ * purge steps, and a steady workload must make no system call.) */
 static slab_t *heap_new_slab(heap_t *h, unsigned c) {
   unsigned kind = hm_class_kind[c];
   superslab_t *p = h->partial[kind];
