@@ -153,7 +153,10 @@ size_t hm_big_collect(heap_t *h) {
         if (stamp_get(b) == STAMP_COLLECTED) continue;
         uintptr_t from = ((uintptr_t)b + BIG_STAMP_OFF + sizeof(uint64_t) + PAGE_SIZE_ - 1) & ~(uintptr_t)(PAGE_SIZE_ - 1);
         uintptr_t to = ((uintptr_t)b + s->block_size) & ~(uintptr_t)(PAGE_SIZE_ - 1);
-        if (to > from && hm_os_purge((void *)from, to - from) == 0) bytes += to - from;
+        if (to > from) {
+          if (hm_os_purge((void *)from, to - from) != 0) continue; /* (the next collect tries again) */
+          bytes += to - from;
+        }
         *stamp_of(b) = stamp_key ^ STAMP_COLLECTED;
       }
   }
