@@ -104,6 +104,7 @@ static size_t cache_bytes;
 /* Of the cached bytes, those that are not resident (hakmem's resident
  * estimate): never handed out, or given back by a purge step. */
 static _Atomic size_t cache_clean;
+static _Atomic size_t cache_bytes_pub;  /* cache_bytes, for readers without the lock */
 static _Atomic size_t mapped_bytes;     /* all spans, used and cached */
 static uint64_t next_epoch_ns;
 static uint64_t last_alloc_ns;          /* the last request the lane served (hm_large_purge) */
@@ -339,6 +340,7 @@ static bucket_t *cache_enter(span_t *s) {
   s->state = SPAN_CACHED;
   b->count++;
   cache_bytes += s->len;
+  atomic_store_explicit(&cache_bytes_pub, cache_bytes, memory_order_relaxed);
   atomic_fetch_add_explicit(&cache_clean, s->len - s->dirty, memory_order_relaxed);
   return b;
 }
@@ -372,6 +374,7 @@ static void cache_unlink(span_t *s) {
   s->next = s->prev = NULL;
   b->count--;
   cache_bytes -= s->len;
+  atomic_store_explicit(&cache_bytes_pub, cache_bytes, memory_order_relaxed);
   atomic_fetch_sub_explicit(&cache_clean, s->len - s->dirty, memory_order_relaxed);
 }
 
@@ -783,6 +786,7 @@ static void *pack_alloc(size_t n, size_t align, bool zero) {
 void *hm_large_alloc(size_t n, size_t align) {
   hm_ensure_init();
   if (hm_force_libc) return align > 16 ? __libc_memalign(align, n) : __libc_malloc(n);
+  hm_purge_tick(); /* (a limit near: before this takes more memory) */
   bool fresh;
   void *p = pack_alloc(n, align, false);
   if (p != NULL) {
@@ -797,6 +801,7 @@ void *hm_large_alloc(size_t n, size_t align) {
 void *hm_large_calloc(size_t n) {
   hm_ensure_init();
   if (hm_force_libc) return __libc_calloc(1, n);
+  hm_purge_tick();
   bool fresh;
   void *p = pack_alloc(n, 0, true);
   if (p == NULL) {
@@ -904,6 +909,12 @@ void hm_large_resident(size_t res[3]) {
   hm_pack_resident(&res[2]);
 }
 
+/* Cached spans' bytes that may be resident (the background purger's trigger). */
+size_t hm_large_cached_dirty(void) {
+  size_t all = atomic_load_explicit(&cache_bytes_pub, memory_order_relaxed);
+  size_t clean = atomic_load_explicit(&cache_clean, memory_order_relaxed);
+  return (all > clean ? all - clean : 0) + hm_pack_free_dirty();
+}
 size_t hm_large_cached_clean(void) { return atomic_load_explicit(&cache_clean, memory_order_relaxed) + hm_pack_clean(); }
 
 size_t hm_large_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due) {

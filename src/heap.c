@@ -980,6 +980,7 @@ void hm_heap_flush_foreign(heap_t *h) {
 /* Thread exit: free what is free, leave the rest to be adopted. Blocks in
  * abandoned SuperSlabs can still be freed from any thread (remote path). */
 void hm_heap_thread_exit(heap_t *h) {
+  size_t unused_before = hm_purge_unused_resident();
   hm_heap_flush_foreign(h);
   hm_tls_heap = &hm_empty_heap;
   hm_tls_free_id = (uintptr_t)&hm_empty_heap;
@@ -1026,6 +1027,8 @@ void hm_heap_thread_exit(heap_t *h) {
   h->next_free = heap_pool;
   heap_pool = h;
   pthread_mutex_unlock(&heap_lock);
+  size_t unused_after = hm_purge_unused_resident(); /* (other threads' changes too: an estimate) */
+  hm_purge_thread_exited(unused_after > unused_before ? unused_after - unused_before : 0);
 }
 
 /* Collect the remote frees of every abandoned SuperSlab and give the ones

@@ -529,6 +529,7 @@ HM_HIDDEN size_t hm_large_purge(uint64_t now, uint64_t min_idle_ns, size_t budge
 /* Cached spans' bytes that are not resident (and the free pages of packs
  * that are not). */
 HM_HIDDEN size_t hm_large_cached_clean(void);
+HM_HIDDEN size_t hm_large_cached_dirty(void); /* cached spans and packs' free pages that may be resident */
 /* A 2 MiB-aligned one-chunk span for a pack (*fresh: never used, reads
  * zero), or NULL; and one given back to the cache. */
 HM_HIDDEN void *hm_large_chunk_take(bool *fresh);
@@ -549,6 +550,7 @@ HM_HIDDEN void hm_pack_free_moved(void *p);              /* free a block whose p
 HM_HIDDEN size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due);
 HM_HIDDEN size_t hm_pack_release(void);                  /* malloc_trim: all free pages, empty packs */
 HM_HIDDEN size_t hm_pack_clean(void);                    /* free pages not resident, bytes */
+HM_HIDDEN size_t hm_pack_free_dirty(void);               /* free pages that may be resident, bytes */
 HM_HIDDEN void hm_pack_resident(size_t *res);            /* the report: packs' resident bytes */
 HM_HIDDEN void hm_pack_fork_prepare(void);
 HM_HIDDEN void hm_pack_fork_parent(void);
@@ -574,6 +576,14 @@ HM_HIDDEN void hm_purge_regret(uint64_t purged_at, uint64_t now);
 HM_HIDDEN size_t hm_purge_unused_resident(void);
 HM_HIDDEN void hm_purge_count_disabled(void);
 HM_HIDDEN int hm_collect(bool all);
+/* What was given back, by path (the stats report): idle purges by the
+ * background purger and by slow paths, the RSS limit, hak_collect and
+ * malloc_trim; and what exiting threads left unused (given back by those). */
+enum { HM_GIVE_IDLE_BG, HM_GIVE_IDLE_TICK, HM_GIVE_LIMIT, HM_GIVE_TRIM, HM_GIVE_EXIT, HM_GIVE_PATHS };
+HM_HIDDEN void hm_purge_given(size_t out[HM_GIVE_PATHS], uint64_t *bg_cpu_ns);
+HM_HIDDEN bool hm_purge_bg_running(void);
+/* A thread exited leaving `unused` bytes unused; no lock held. */
+HM_HIDDEN void hm_purge_thread_exited(size_t unused);
 HM_HIDDEN void hm_purge_fork_prepare(void);
 HM_HIDDEN void hm_purge_fork_parent(void);
 HM_HIDDEN void hm_purge_fork_child(void);
@@ -585,6 +595,10 @@ extern HM_HIDDEN __thread uint32_t hm_tick_countdown __attribute__((tls_model("i
 HM_INLINE void hm_purge_tick(void) {
   if (unlikely(--hm_tick_countdown == 0)) hm_purge_tick_clock();
 }
+/* cgroup.c: the process's cgroup memory limit in bytes (0: none), read at
+ * start-up without allocating, and where it came from */
+HM_HIDDEN size_t hm_cgroup_limit(void);
+HM_HIDDEN const char *hm_cgroup_source(void);
 /* error.c */
 HM_HIDDEN HM_NORETURN void hm_fatal(const char *what, const void *p, const char *reason);
 HM_HIDDEN void hm_write_str(const char *s);

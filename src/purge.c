@@ -8,8 +8,10 @@
  * first, whole ranges at a time, at most STEP_BUDGET bytes per step; memory
  * reused before the delay is never touched, so a steady workload makes no
  * system call. Steps run on slow paths (hm_purge_tick: a coarse-clock read
- * against hm_purge_due_ns, the earliest time anything becomes due) or on an
- * optional background thread (HAKMEM_BG_PURGE=1).
+ * against hm_purge_due_ns, the earliest time anything becomes due) and on a
+ * background thread, started the first time unused memory exceeds the
+ * reserve (HAKMEM_BG_PURGE=auto) so that memory goes back while the program
+ * does not call the allocator; `on` starts it at once, `off` never.
  *
  * Any thread may purge any SuperSlab's unused slabs. It claims them first:
  * it sets their bits in `purging` (only bits nobody else holds), then clears
@@ -21,6 +23,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sched.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -36,6 +39,10 @@ _Atomic uint64_t hm_purge_due_ns; /* 0 at start: the first tick sets it */
 static pthread_mutex_t purge_lock = PTHREAD_MUTEX_INITIALIZER; /* one purger at a time */
 static _Atomic size_t n_disabled;     /* purges skipped: HAKMEM_PURGE=off */
 static _Atomic int bg_state;          /* background purger: 0 none, 1 started, 2 failed */
+static pthread_t bg_thread;           /* (valid while bg_state is 1) */
+enum { BG_AUTO, BG_ON, BG_OFF };      /* HAKMEM_BG_PURGE */
+/* bytes given back, by path (the stats report; hm_purge_given) */
+static _Atomic size_t given[HM_GIVE_PATHS];
 static _Atomic size_t dirty_bytes;    /* unused slabs still resident, all SuperSlabs */
 
 /* Regret: memory given back and reused within 16 delays was given back too
@@ -93,10 +100,26 @@ size_t hm_purge_unused_resident(void) {
 
 void hm_purge_count_disabled(void) { atomic_fetch_add_explicit(&n_disabled, 1, memory_order_relaxed); }
 
+static bool over_limit(void);
+
+/* Should the background purger run? on: always; auto: once unused memory
+ * exceeds what a lazy step keeps (twice the reserve), or the limit is
+ * passed. So a program that never leaves that much unused has no thread. */
+static bool bg_wanted(void) {
+  int o = (int)hm_opt[HM_OPT_BG_PURGE];
+  if (o == BG_OFF || hm_purge_mode == PURGE_OFF) return false;
+  if (o == BG_ON || over_limit()) return true;
+  return hm_purge_unused_resident() + hm_large_cached_dirty() > 2 * reserve();
+}
+
 void hm_purge_note_idle(uint64_t now) {
   uint64_t due = now + delay_now();
-  /* with a background purger wanted but not yet running: start it soon */
-  if (hm_opt[HM_OPT_BG_PURGE] && atomic_load_explicit(&bg_state, memory_order_relaxed) == 0) due = 0;
+  /* With a background purger wanted but not yet running: this thread's next
+   * slow path starts it (here a lock may be held; pthread_create allocates). */
+  if (atomic_load_explicit(&bg_state, memory_order_relaxed) == 0 && bg_wanted()) {
+    due = 0;
+    hm_tick_countdown = 1;
+  }
   uint64_t cur = atomic_load_explicit(&hm_purge_due_ns, memory_order_relaxed);
   while (due < cur && !atomic_compare_exchange_weak(&hm_purge_due_ns, &cur, due)) {
   }
@@ -325,18 +348,16 @@ static size_t purge_step(uint64_t now, uint64_t delay_ns, size_t budget) {
 /* Over HAKMEM_RSS_LIMIT_MB with unused memory to give back? (Freeing does
  * not change the estimate; what can be given back does.) */
 static bool over_limit(void) {
-  return hm_rss_limit != 0 && hm_os_resident_estimate() > hm_rss_limit && hm_purge_unused_resident() != 0;
+  return hm_rss_limit != 0 && hm_os_resident_estimate() > hm_rss_limit &&
+         hm_purge_unused_resident() + hm_large_cached_dirty() != 0;
 }
 
 /* Give back what is unused, oldest first, with no delay and no reserve,
  * until under the limit or nothing unused is left. */
-static void purge_to_limit(uint64_t now) {
-  if (hm_purge_mode == PURGE_OFF) { /* no madvise: unmapping the caches is all there is */
-    hm_large_release(0);
-    hm_backend_release_cached();
-    return;
-  }
-  size_t est;
+static size_t purge_to_limit(uint64_t now) {
+  if (hm_purge_mode == PURGE_OFF) /* no madvise: unmapping the caches is all there is */
+    return hm_large_release(0) + hm_backend_release_cached();
+  size_t est, total = 0;
   while ((est = hm_os_resident_estimate()) > hm_rss_limit) {
     size_t want = est - hm_rss_limit;
     uint64_t next = UINT64_MAX;
@@ -345,37 +366,55 @@ static void purge_to_limit(uint64_t now) {
     if (got < want) got += hm_large_purge(now, 0, want - got, &next);
     if (got < want) got += hm_pack_purge(now, 0, want - got, &next);
     if (got == 0) break;
+    total += got;
   }
+  return total;
 }
 
-static void run_due(uint64_t now) {
-  if (over_limit()) purge_to_limit(now);
+/* A step, and the limit; from the purger (bg) or a slow path. Returns the
+ * bytes given back. purge_lock held. */
+static size_t run_due(uint64_t now, bool bg) {
+  size_t lim = over_limit() ? purge_to_limit(now) : 0, idle = 0;
+  if (lim != 0) atomic_fetch_add_explicit(&given[HM_GIVE_LIMIT], lim, memory_order_relaxed);
   if (hm_purge_mode == PURGE_OFF) {
     atomic_store(&hm_purge_due_ns, UINT64_MAX);
-    return;
+    return lim;
   }
-  purge_step(now, hm_purge_mode == PURGE_EAGER ? 0 : delay_now(), STEP_BUDGET);
+  idle = purge_step(now, hm_purge_mode == PURGE_EAGER ? 0 : delay_now(), STEP_BUDGET);
+  if (idle != 0) atomic_fetch_add_explicit(&given[bg ? HM_GIVE_IDLE_BG : HM_GIVE_IDLE_TICK], idle, memory_order_relaxed);
+  return lim + idle;
 }
 
-/* ---- background purger (HAKMEM_BG_PURGE=1) ------------------------------- */
+/* ---- background purger (HAKMEM_BG_PURGE) ---------------------------------- */
+
+/* Sleeps until the next step is due, at most IDLE_SLEEP_NS: what becomes
+ * unused while it sleeps lowers hm_purge_due_ns without waking it (no
+ * system call on the slow paths), so memory goes back at most that long
+ * after its delay. Detached, it never delays exit. */
+#define IDLE_SLEEP_NS 1000000000ull
+#define LIMIT_NAP_NS 10000000ull /* over the limit with nothing to give back */
+
+static void nap(uint64_t ns) {
+  struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+  nanosleep(&ts, NULL);
+}
 
 static void *bg_main(void *arg) {
   (void)arg;
-  uint64_t period = delay_now() / 2;
-  if (period < 10000000u) period = 10000000u;       /* 10 ms */
-  if (period > 500000000u) period = 500000000u;     /* 0.5 s */
   for (;;) {
     uint64_t now = hm_now_ns(), due = atomic_load(&hm_purge_due_ns);
-    uint64_t wait = due <= now ? 0 : (due - now < period ? due - now : period);
-    if (wait != 0 && !over_limit()) {
-      struct timespec ts = {(time_t)(wait / 1000000000u), (long)(wait % 1000000000u)};
-      nanosleep(&ts, NULL);
+    bool limit = over_limit();
+    if (due > now && !limit) {
+      nap(due - now < IDLE_SLEEP_NS ? due - now : IDLE_SLEEP_NS);
       continue;
     }
     pthread_mutex_lock(&purge_lock);
-    run_due(hm_now_ns());
+    size_t got = run_due(hm_now_ns(), true);
     pthread_mutex_unlock(&purge_lock);
-    sched_yield();
+    if (got == 0 && limit)
+      nap(LIMIT_NAP_NS);
+    else
+      sched_yield();
   }
   return NULL;
 }
@@ -398,21 +437,46 @@ static void start_bg(void) {
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   pthread_attr_destroy(&attr);
   if (rc != 0) atomic_store(&bg_state, 2); /* purging stays on the slow paths */
+  else bg_thread = t;
+}
+
+/* Start the purger if it is wanted; callers hold no lock. */
+static void maybe_start_bg(void) {
+  if (atomic_load_explicit(&bg_state, memory_order_relaxed) == 0 &&
+      atomic_load_explicit(&hm_init_state, memory_order_acquire) == 2 && bg_wanted())
+    start_bg();
 }
 
 static void purge_tick_slow(void) {
   int saved = errno; /* free and a successful malloc keep errno */
-  if (hm_opt[HM_OPT_BG_PURGE] && hm_purge_mode != PURGE_OFF &&
-      atomic_load_explicit(&bg_state, memory_order_relaxed) == 0 &&
-      atomic_load_explicit(&hm_init_state, memory_order_acquire) == 2)
-    start_bg();
+  maybe_start_bg();
   if (hm_purge_mode == PURGE_LAZY) hm_heap_release_empty_cur(); /* (the caller's own heap) */
   if (pthread_mutex_trylock(&purge_lock) == 0) { /* else another thread is at it */
-    run_due(hm_now_ns());
+    run_due(hm_now_ns(), false);
     pthread_mutex_unlock(&purge_lock);
   }
   errno = saved;
 }
+
+/* A thread exited and left `unused` bytes unused (its empty slabs and
+ * SuperSlabs): the purger gives them back if nobody else calls. */
+void hm_purge_thread_exited(size_t unused) {
+  if (unused != 0) atomic_fetch_add_explicit(&given[HM_GIVE_EXIT], unused, memory_order_relaxed);
+  int saved = errno;
+  maybe_start_bg();
+  errno = saved;
+}
+
+void hm_purge_given(size_t out[HM_GIVE_PATHS], uint64_t *bg_cpu_ns) {
+  for (int i = 0; i < HM_GIVE_PATHS; i++) out[i] = atomic_load_explicit(&given[i], memory_order_relaxed);
+  *bg_cpu_ns = 0;
+  clockid_t clk;
+  struct timespec ts;
+  if (atomic_load(&bg_state) == 1 && pthread_getcpuclockid(bg_thread, &clk) == 0 && clock_gettime(clk, &ts) == 0)
+    *bg_cpu_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+bool hm_purge_bg_running(void) { return atomic_load(&bg_state) == 1; }
 
 __thread uint32_t hm_tick_countdown __attribute__((tls_model("initial-exec"))) = 1;
 
@@ -454,18 +518,24 @@ int hm_collect(bool all) {
   bytes += hm_large_release(0);
   bytes += hm_backend_release_cached();
   pthread_mutex_unlock(&purge_lock);
+  atomic_fetch_add_explicit(&given[HM_GIVE_TRIM], bytes, memory_order_relaxed);
   return bytes != 0 || hm_os_resident_estimate() < before;
 }
 
 /* ---- fork ------------------------------------------------------------------ */
 
 /* A step in progress holds purge_lock: the child never inherits claimed
- * bits nobody will release. The child has no background purger. */
+ * bits nobody will release. The child has no background purger: its
+ * thread's next slow path starts one if it is wanted (maybe_start_bg). */
 void hm_purge_fork_prepare(void) { pthread_mutex_lock(&purge_lock); }
 void hm_purge_fork_parent(void) { pthread_mutex_unlock(&purge_lock); }
 void hm_purge_fork_child(void) {
   pthread_mutex_init(&purge_lock, NULL);
-  if (atomic_load(&bg_state) == 1) atomic_store(&bg_state, 0);
+  if (atomic_load(&bg_state) == 1) {
+    atomic_store(&bg_state, 0);
+    atomic_store(&hm_purge_due_ns, 0);
+    hm_tick_countdown = 1;
+  }
 }
 
 /* ---- HAKMEM_SS_OS_STATS=1 ------------------------------------------------- */

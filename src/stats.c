@@ -221,6 +221,39 @@ static void resident_line(struct sink *o) {
   put(o, "\n");
 }
 
+/* What went back to the OS by which path, the limit, the purger's CPU time. */
+static void given_line(struct sink *o) {
+  size_t g[HM_GIVE_PATHS];
+  uint64_t cpu_ns;
+  hm_purge_given(g, &cpu_ns);
+  put_mib(o, "given back: idle purges ", g[HM_GIVE_IDLE_BG] + g[HM_GIVE_IDLE_TICK]);
+  put_mib(o, " (background purger ", g[HM_GIVE_IDLE_BG]);
+  put_mib(o, ", slow paths ", g[HM_GIVE_IDLE_TICK]);
+  put_mib(o, "), RSS limit ", g[HM_GIVE_LIMIT]);
+  put_mib(o, ", trim/collect ", g[HM_GIVE_TRIM]);
+  put_mib(o, "; left unused by exiting threads ", g[HM_GIVE_EXIT]);
+  put(o, "\npurger: ");
+  if (hm_purge_bg_running()) {
+    put(o, "running, CPU time ");
+    put_num(o, cpu_ns / 1000000u, 0);
+    put(o, " ms");
+  } else {
+    put(o, "not started");
+  }
+  put(o, "; RSS limit ");
+  if (hm_rss_limit == 0) {
+    put(o, "none");
+  } else {
+    put_mib(o, "", hm_rss_limit);
+    put(o, hm_option_is_set(HM_OPT_RSS_LIMIT_MB) ? " (HAKMEM_RSS_LIMIT_MB)" : " (");
+    if (!hm_option_is_set(HM_OPT_RSS_LIMIT_MB)) {
+      put(o, hm_cgroup_source());
+      put(o, ")");
+    }
+  }
+  put(o, "\n");
+}
+
 static void report(struct sink *o) {
   struct hak_stats st;
   hak_stats_get(&st);
@@ -279,6 +312,7 @@ static void report(struct sink *o) {
   put(o, ", mmap failures ");
   put_num(o, st.os.mmap_failures, 0);
   put(o, "\n");
+  given_line(o);
   resident_line(o);
   if (st.counters) {
     static const char *const src[HAK_REFILL_SOURCES] = {"carve", "local_free swap", "remote drain", "listed slab",

@@ -1,0 +1,202 @@
+/* The process's cgroup memory limits, read once at start-up (docs/DESIGN.md,
+ * "Memory given back"): cgroup v2 memory.high and memory.max, v1
+ * memory.soft_limit_in_bytes and memory.limit_in_bytes, of the process's
+ * cgroup and its ancestors up to the mount's root. The cgroup comes from
+ * /proc/self/cgroup, the hierarchy's mount from /proc/self/mountinfo.
+ * Runs inside the allocator's initialisation: open/read into stack buffers,
+ * no allocation, no stdio. */
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define PATH_CAP 512
+#define NO_LIMIT UINT64_MAX
+
+static const char *source = "none";
+
+/* The whole of a small file (NUL-terminated); its length, or -1. */
+static ssize_t read_small(const char *path, char *buf, size_t cap) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  size_t len = 0;
+  ssize_t n;
+  while (len + 1 < cap && (n = read(fd, buf + len, cap - 1 - len)) > 0) len += (size_t)n;
+  close(fd);
+  buf[len] = '\0';
+  return (ssize_t)len;
+}
+
+/* A limit file's value: a number of bytes; "max", or v1's huge "no limit"
+ * (2^63 rounded down to pages), is NO_LIMIT; NO_LIMIT too if unreadable. */
+static uint64_t read_limit(const char *path) {
+  char buf[64];
+  if (read_small(path, buf, sizeof buf) <= 0 || buf[0] < '0' || buf[0] > '9') return NO_LIMIT;
+  uint64_t v = 0;
+  for (const char *s = buf; *s >= '0' && *s <= '9'; s++) {
+    if (v > (UINT64_MAX - 9) / 10) return NO_LIMIT;
+    v = v * 10 + (uint64_t)(*s - '0');
+  }
+  return v >= ((uint64_t)1 << 60) ? NO_LIMIT : v;
+}
+
+static bool append(char *dst, size_t *len, const char *s, size_t n) {
+  if (*len + n + 1 > PATH_CAP) return false;
+  memcpy(dst + *len, s, n);
+  *len += n;
+  dst[*len] = '\0';
+  return true;
+}
+
+/* Field k (0-based, space-separated) of a line; its length in *n. */
+static const char *field(const char *line, const char *end, int k, size_t *n) {
+  const char *s = line;
+  for (; k > 0; k--) {
+    while (s < end && *s != ' ') s++;
+    if (s == end) return NULL;
+    s++;
+  }
+  const char *e = s;
+  while (e < end && *e != ' ') e++;
+  *n = (size_t)(e - s);
+  return s;
+}
+
+/* Does the comma-separated list [s, s+n) hold word? */
+static bool has_word(const char *s, size_t n, const char *word) {
+  size_t w = strlen(word);
+  for (const char *e = s + n; s < e;) {
+    const char *c = memchr(s, ',', (size_t)(e - s));
+    size_t k = (size_t)((c != NULL ? c : e) - s);
+    if (k == w && memcmp(s, word, w) == 0) return true;
+    s += k + 1;
+  }
+  return false;
+}
+
+/* The mount point and root of the hierarchy (v2: "cgroup2"; v1: "cgroup"
+ * with the memory controller) from mountinfo, read a block at a time. */
+static bool find_mount(bool v2, char *mnt, size_t *mnt_len, char *root, size_t *root_len) {
+  int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[4096];
+  size_t have = 0;
+  bool found = false, skipping = false;
+  for (;;) {
+    ssize_t n = read(fd, buf + have, sizeof buf - have);
+    if (n <= 0) break;
+    have += (size_t)n;
+    char *line = buf, *nl;
+    while (!found && (nl = memchr(line, '\n', (size_t)(buf + have - line))) != NULL) {
+      if (!skipping) {
+        /* id parent maj:min root mountpoint options [optional...] - fstype source superopts */
+        const char *sep = NULL;
+        for (char *s = line; s + 3 <= nl; s++)
+          if (s[0] == ' ' && s[1] == '-' && s[2] == ' ') {
+            sep = s + 3;
+            break;
+          }
+        size_t tn = 0, on = 0, rn = 0, mn = 0;
+        const char *type = sep ? field(sep, nl, 0, &tn) : NULL;
+        const char *opts = sep ? field(sep, nl, 2, &on) : NULL;
+        const char *r = field(line, nl, 3, &rn), *m = field(line, nl, 4, &mn);
+        bool match = type != NULL && r != NULL && m != NULL &&
+                     (v2 ? tn == 7 && memcmp(type, "cgroup2", 7) == 0
+                         : tn == 6 && memcmp(type, "cgroup", 6) == 0 && opts != NULL && has_word(opts, on, "memory"));
+        if (match) {
+          *mnt_len = *root_len = 0;
+          found = append(mnt, mnt_len, m, mn) && append(root, root_len, r, rn);
+        }
+      }
+      skipping = false;
+      line = nl + 1;
+    }
+    if (found) break;
+    have = (size_t)(buf + have - line);
+    if (have == sizeof buf) { /* a line longer than the buffer: not one of ours */
+      have = 0;
+      skipping = true;
+    } else {
+      memmove(buf, line, have);
+    }
+  }
+  close(fd);
+  return found;
+}
+
+/* The limits of the hierarchy's files `soft` and `hard` along the path of
+ * the process's cgroup (the least of each over the cgroup and its
+ * ancestors up to the mount's root). */
+static void walk(const char *mnt, size_t mnt_len, const char *root, size_t root_len, const char *cg, size_t cg_len,
+                 const char *soft, const char *hard, uint64_t *lo, uint64_t *hi) {
+  /* the cgroup's path inside the mount: cg without the mount's root */
+  if (root_len > 1) {
+    if (cg_len < root_len || memcmp(cg, root, root_len) != 0) return;
+    cg += root_len;
+    cg_len -= root_len;
+  }
+  if (cg_len == 1) cg_len = 0; /* "/" */
+  char path[PATH_CAP];
+  size_t len = 0;
+  if (!append(path, &len, mnt, mnt_len) || !append(path, &len, cg, cg_len)) return;
+  for (;;) { /* up to the mount's root (in a cgroup namespace, the container's cgroup) */
+    size_t base = len;
+    uint64_t v;
+    if (append(path, &len, "/", 1) && append(path, &len, soft, strlen(soft)) && (v = read_limit(path)) < *lo) *lo = v;
+    len = base;
+    if (append(path, &len, "/", 1) && append(path, &len, hard, strlen(hard)) && (v = read_limit(path)) < *hi) *hi = v;
+    len = base;
+    if (len <= mnt_len) break;
+    while (len > mnt_len && path[len - 1] != '/') len--;
+    if (len > mnt_len) len--; /* the slash */
+    path[len] = '\0';
+  }
+}
+
+size_t hm_cgroup_limit(void) {
+  char cgroup[2048];
+  ssize_t n = read_small("/proc/self/cgroup", cgroup, sizeof cgroup);
+  if (n <= 0) return 0;
+  uint64_t soft = NO_LIMIT, hard = NO_LIMIT;
+  bool v1 = false;
+  char mnt[PATH_CAP], root[PATH_CAP];
+  size_t mnt_len, root_len;
+  /* lines "id:controllers:path"; v2's is "0::path" */
+  for (char *line = cgroup, *nl; *line != '\0'; line = nl + 1) {
+    nl = strchr(line, '\n');
+    if (nl == NULL) nl = line + strlen(line);
+    char *c1 = memchr(line, ':', (size_t)(nl - line));
+    char *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(nl - c1 - 1)) : NULL;
+    if (c2 != NULL) {
+      const char *path = c2 + 1;
+      size_t plen = (size_t)(nl - path);
+      bool is_v2 = c2 == c1 + 1 && c1 - line == 1 && line[0] == '0';
+      bool is_v1_mem = !is_v2 && has_word(c1 + 1, (size_t)(c2 - c1 - 1), "memory");
+      if ((is_v2 || is_v1_mem) && find_mount(is_v2, mnt, &mnt_len, root, &root_len)) {
+        uint64_t s = NO_LIMIT, h = NO_LIMIT;
+        if (is_v2)
+          walk(mnt, mnt_len, root, root_len, path, plen, "memory.high", "memory.max", &s, &h);
+        else
+          walk(mnt, mnt_len, root, root_len, path, plen, "memory.soft_limit_in_bytes", "memory.limit_in_bytes", &s, &h);
+        if (s < soft || h < hard) v1 = !is_v2;
+        if (s < soft) soft = s;
+        if (h < hard) hard = h;
+      }
+    }
+    if (*nl == '\0') break;
+  }
+  /* memory.high (or the soft limit) where set, else 90% of memory.max */
+  uint64_t hard90 = hard == NO_LIMIT ? NO_LIMIT : hard / 10 * 9;
+  if (soft == NO_LIMIT && hard90 == NO_LIMIT) return 0;
+  if (soft <= hard90)
+    source = v1 ? "cgroup v1 memory.soft_limit_in_bytes" : "cgroup v2 memory.high";
+  else
+    source = v1 ? "cgroup v1 memory.limit_in_bytes x 0.9" : "cgroup v2 memory.max x 0.9";
+  uint64_t lim = soft <= hard90 ? soft : hard90;
+  return lim > SIZE_MAX ? SIZE_MAX : (size_t)lim;
+}
+
+const char *hm_cgroup_source(void) { return source; }
