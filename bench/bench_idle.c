@@ -7,7 +7,8 @@
  * writes them, frees them all, then, for SECONDS (default 3):
  *   sleep    sleeps;
  *   io       blocks in read(2) on a pipe nobody writes to;
- *   lowrate  malloc(100)/free once every 10 ms (the allocator's fast path);
+ *   lowrate  malloc(100)/free once every 10 ms beside a live malloc(100)
+ *            (so that the pair stays on the allocator's fast path);
  *   exit     (the burst made and freed by 2 threads, which then exit; the
  *            main thread joined them and sleeps).
  * The parent reads the child's RSS from /proc/<pid>/statm every 10 ms (the
@@ -136,7 +137,10 @@ static void child(const char *mode, size_t bytes, double secs) {
     sleep_s(secs);
   } else if (strcmp(mode, "io") == 0) {
     get(from_parent); /* the parent writes nothing: blocked until it closes the pipe */
-  } else {            /* lowrate */
+  } else { /* lowrate: a block of the class stays live, so its slab never empties */
+    volatile char *keep = malloc(100);
+    if (keep == NULL) _exit(4);
+    keep[0] = 1;
     double end = now_s() + secs;
     while (now_s() < end) {
       volatile char *p = malloc(100);

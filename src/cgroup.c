@@ -24,7 +24,11 @@ static ssize_t read_small(const char *path, char *buf, size_t cap) {
   if (fd < 0) return -1;
   size_t len = 0;
   ssize_t n;
-  while (len + 1 < cap && (n = read(fd, buf + len, cap - 1 - len)) > 0) len += (size_t)n;
+  /* (a short read ending a line is the end: these files are read whole) */
+  while (len + 1 < cap && (n = read(fd, buf + len, cap - 1 - len)) > 0) {
+    len += (size_t)n;
+    if ((size_t)n < cap - 1 - (len - (size_t)n) && buf[len - 1] == '\n') break;
+  }
   close(fd);
   buf[len] = '\0';
   return (ssize_t)len;
@@ -77,20 +81,28 @@ static bool has_word(const char *s, size_t n, const char *word) {
   return false;
 }
 
-/* The mount point and root of the hierarchy (v2: "cgroup2"; v1: "cgroup"
- * with the memory controller) from mountinfo, read a block at a time. */
-static bool find_mount(bool v2, char *mnt, size_t *mnt_len, char *root, size_t *root_len) {
+typedef struct {
+  bool want, found;
+  size_t mnt_len, root_len;
+  char mnt[PATH_CAP], root[PATH_CAP];
+} mount_t;
+
+/* The mount points and roots of the hierarchies wanted (m[1]: v2,
+ * "cgroup2"; m[0]: v1's "cgroup" with the memory controller) from
+ * mountinfo, read a block at a time. */
+static void find_mounts(mount_t m[2]) {
   int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  if (fd < 0) return;
   char buf[4096];
   size_t have = 0;
-  bool found = false, skipping = false;
+  bool skipping = false;
+#define ALL_FOUND ((!m[0].want || m[0].found) && (!m[1].want || m[1].found))
   for (;;) {
     ssize_t n = read(fd, buf + have, sizeof buf - have);
     if (n <= 0) break;
     have += (size_t)n;
     char *line = buf, *nl;
-    while (!found && (nl = memchr(line, '\n', (size_t)(buf + have - line))) != NULL) {
+    while (!ALL_FOUND && (nl = memchr(line, '\n', (size_t)(buf + have - line))) != NULL) {
       if (!skipping) {
         /* id parent maj:min root mountpoint options [optional...] - fstype source superopts */
         const char *sep = NULL;
@@ -102,19 +114,20 @@ static bool find_mount(bool v2, char *mnt, size_t *mnt_len, char *root, size_t *
         size_t tn = 0, on = 0, rn = 0, mn = 0;
         const char *type = sep ? field(sep, nl, 0, &tn) : NULL;
         const char *opts = sep ? field(sep, nl, 2, &on) : NULL;
-        const char *r = field(line, nl, 3, &rn), *m = field(line, nl, 4, &mn);
-        bool match = type != NULL && r != NULL && m != NULL &&
-                     (v2 ? tn == 7 && memcmp(type, "cgroup2", 7) == 0
-                         : tn == 6 && memcmp(type, "cgroup", 6) == 0 && opts != NULL && has_word(opts, on, "memory"));
-        if (match) {
-          *mnt_len = *root_len = 0;
-          found = append(mnt, mnt_len, m, mn) && append(root, root_len, r, rn);
+        const char *r = field(line, nl, 3, &rn), *mp = field(line, nl, 4, &mn);
+        int k = -1;
+        if (type != NULL && tn == 7 && memcmp(type, "cgroup2", 7) == 0) k = 1;
+        if (type != NULL && tn == 6 && memcmp(type, "cgroup", 6) == 0 && opts != NULL && has_word(opts, on, "memory"))
+          k = 0;
+        if (k >= 0 && m[k].want && !m[k].found && r != NULL && mp != NULL) {
+          m[k].mnt_len = m[k].root_len = 0;
+          m[k].found = append(m[k].mnt, &m[k].mnt_len, mp, mn) && append(m[k].root, &m[k].root_len, r, rn);
         }
       }
       skipping = false;
       line = nl + 1;
     }
-    if (found) break;
+    if (ALL_FOUND) break;
     have = (size_t)(buf + have - line);
     if (have == sizeof buf) { /* a line longer than the buffer: not one of ours */
       have = 0;
@@ -124,7 +137,7 @@ static bool find_mount(bool v2, char *mnt, size_t *mnt_len, char *root, size_t *
     }
   }
   close(fd);
-  return found;
+#undef ALL_FOUND
 }
 
 /* The limits of the hierarchy's files `soft` and `hard` along the path of
@@ -142,7 +155,11 @@ static void walk(const char *mnt, size_t mnt_len, const char *root, size_t root_
   char path[PATH_CAP];
   size_t len = 0;
   if (!append(path, &len, mnt, mnt_len) || !append(path, &len, cg, cg_len)) return;
-  for (;;) { /* up to the mount's root (in a cgroup namespace, the container's cgroup) */
+  /* Up to, not including, the mount's root (the root cgroup has no limit),
+   * unless the cgroup is the mount's root: in a cgroup namespace, that is
+   * the container's cgroup. */
+  size_t stop = cg_len == 0 ? mnt_len : mnt_len + 1;
+  for (;;) {
     size_t base = len;
     uint64_t v;
     if (append(path, &len, "/", 1) && append(path, &len, soft, strlen(soft)) && (v = read_limit(path)) < *lo) *lo = v;
@@ -153,6 +170,7 @@ static void walk(const char *mnt, size_t mnt_len, const char *root, size_t root_
     while (len > mnt_len && path[len - 1] != '/') len--;
     if (len > mnt_len) len--; /* the slash */
     path[len] = '\0';
+    if (len < stop) break;
   }
 }
 
@@ -162,8 +180,9 @@ size_t hm_cgroup_limit(void) {
   if (n <= 0) return 0;
   uint64_t soft = NO_LIMIT, hard = NO_LIMIT;
   bool v1 = false;
-  char mnt[PATH_CAP], root[PATH_CAP];
-  size_t mnt_len, root_len;
+  mount_t m[2];
+  const char *path[2] = {NULL, NULL};
+  size_t plen[2] = {0, 0};
   /* lines "id:controllers:path"; v2's is "0::path" */
   for (char *line = cgroup, *nl; *line != '\0'; line = nl + 1) {
     nl = strchr(line, '\n');
@@ -171,22 +190,29 @@ size_t hm_cgroup_limit(void) {
     char *c1 = memchr(line, ':', (size_t)(nl - line));
     char *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(nl - c1 - 1)) : NULL;
     if (c2 != NULL) {
-      const char *path = c2 + 1;
-      size_t plen = (size_t)(nl - path);
-      bool is_v2 = c2 == c1 + 1 && c1 - line == 1 && line[0] == '0';
-      bool is_v1_mem = !is_v2 && has_word(c1 + 1, (size_t)(c2 - c1 - 1), "memory");
-      if ((is_v2 || is_v1_mem) && find_mount(is_v2, mnt, &mnt_len, root, &root_len)) {
-        uint64_t s = NO_LIMIT, h = NO_LIMIT;
-        if (is_v2)
-          walk(mnt, mnt_len, root, root_len, path, plen, "memory.high", "memory.max", &s, &h);
-        else
-          walk(mnt, mnt_len, root, root_len, path, plen, "memory.soft_limit_in_bytes", "memory.limit_in_bytes", &s, &h);
-        if (s < soft || h < hard) v1 = !is_v2;
-        if (s < soft) soft = s;
-        if (h < hard) hard = h;
+      int k = c2 == c1 + 1 && c1 - line == 1 && line[0] == '0' ? 1
+              : has_word(c1 + 1, (size_t)(c2 - c1 - 1), "memory") ? 0 : -1;
+      if (k >= 0) {
+        path[k] = c2 + 1;
+        plen[k] = (size_t)(nl - path[k]);
       }
     }
     if (*nl == '\0') break;
+  }
+  for (int k = 0; k < 2; k++) m[k].want = path[k] != NULL, m[k].found = false;
+  if (!m[0].want && !m[1].want) return 0;
+  find_mounts(m);
+  for (int k = 0; k < 2; k++) {
+    if (!m[k].found) continue;
+    uint64_t s = NO_LIMIT, h = NO_LIMIT;
+    if (k == 1)
+      walk(m[k].mnt, m[k].mnt_len, m[k].root, m[k].root_len, path[k], plen[k], "memory.high", "memory.max", &s, &h);
+    else
+      walk(m[k].mnt, m[k].mnt_len, m[k].root, m[k].root_len, path[k], plen[k], "memory.soft_limit_in_bytes",
+           "memory.limit_in_bytes", &s, &h);
+    if (s < soft || h < hard) v1 = k == 0;
+    if (s < soft) soft = s;
+    if (h < hard) hard = h;
   }
   /* memory.high (or the soft limit) where set, else 90% of memory.max */
   uint64_t hard90 = hard == NO_LIMIT ? NO_LIMIT : hard / 10 * 9;

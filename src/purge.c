@@ -306,9 +306,12 @@ static size_t purge_slabs(uint64_t now, uint64_t delay_ns, size_t budget, uint64
 /* One bounded step: what has been unused for delay_ns, oldest first, up to
  * budget bytes. Sets hm_purge_due_ns to when the next step is due. Returns
  * the bytes given back. purge_lock held. */
+static _Atomic uint32_t step_epoch; /* steps run so far (hm_purge_tick_clock) */
+
 static size_t purge_step(uint64_t now, uint64_t delay_ns, size_t budget) {
   /* Cleared first: whatever becomes unused while we look lowers it again. */
   atomic_store(&hm_purge_due_ns, UINT64_MAX);
+  atomic_fetch_add_explicit(&step_epoch, 1, memory_order_relaxed);
   backoff_decay(now);
   uint64_t next = UINT64_MAX;
   size_t bytes = 0;
@@ -450,7 +453,6 @@ static void maybe_start_bg(void) {
 static void purge_tick_slow(void) {
   int saved = errno; /* free and a successful malloc keep errno */
   maybe_start_bg();
-  if (hm_purge_mode == PURGE_LAZY) hm_heap_release_empty_cur(); /* (the caller's own heap) */
   if (pthread_mutex_trylock(&purge_lock) == 0) { /* else another thread is at it */
     run_due(hm_now_ns(), false);
     pthread_mutex_unlock(&purge_lock);
@@ -480,9 +482,22 @@ bool hm_purge_bg_running(void) { return atomic_load(&bg_state) == 1; }
 
 __thread uint32_t hm_tick_countdown __attribute__((tls_model("initial-exec"))) = 1;
 
+static __thread uint32_t seen_epoch __attribute__((tls_model("initial-exec")));
+
 void hm_purge_tick_clock(void) {
   uint64_t now = hm_now_ns();
   hm_tick_countdown = HM_TICK_EVERY;
+  /* A step ran since this thread last looked (the purger's or another
+   * thread's): its own empty current slabs and spares, which only it may
+   * release, go back to their SuperSlabs if they stayed idle between two
+   * looks, for a later step to give back. */
+  uint32_t epoch = atomic_load_explicit(&step_epoch, memory_order_relaxed);
+  if (hm_purge_mode == PURGE_LAZY && epoch != seen_epoch) {
+    int saved = errno;
+    seen_epoch = epoch;
+    hm_heap_release_empty_cur();
+    errno = saved;
+  }
   if (now < atomic_load_explicit(&hm_purge_due_ns, memory_order_relaxed) && !over_limit()) return;
   purge_tick_slow();
   /* more is due at once (the step ran out of budget): look every time */
