@@ -498,6 +498,9 @@ void hm_purge_tick_clock(void) {
     hm_heap_release_empty_cur();
     errno = saved;
   }
+  /* Within 1/8 of the limit, every slow path looks (a burst of large
+   * blocks grows by 16 of them between two looks otherwise). */
+  if (hm_rss_limit != 0 && hm_os_resident_estimate() > hm_rss_limit - hm_rss_limit / 8) hm_tick_countdown = 1;
   if (now < atomic_load_explicit(&hm_purge_due_ns, memory_order_relaxed) && !over_limit()) return;
   purge_tick_slow();
   /* more is due at once (the step ran out of budget): look every time */

@@ -66,7 +66,11 @@ static int child(size_t limit_mib) {
       }
       if (verbose) fprintf(stderr, "churn: burst %d.%zu of %zu B: RSS %ld MiB at the peak\n", round, k, sz, rss_mib());
       for (size_t i = 0; i < n; i++) free(v[i]);
-      if (verbose) fprintf(stderr, "churn: burst %d.%zu freed: RSS %ld MiB\n", round, k, rss_mib());
+      if (verbose) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        fprintf(stderr, "churn: burst %d.%zu freed: RSS %ld MiB (max %ld)\n", round, k, rss_mib(), ru.ru_maxrss / 1024);
+      }
     }
   free(v);
   struct rusage ru;
