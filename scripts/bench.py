@@ -72,6 +72,13 @@ BENCHMARKS = [
     ("frag", "bench_frag", ["256", "42"], ["64", "42"], True),
 ]
 
+# bench_idle (issue 18): a burst of small blocks freed, then the program
+# sleeps / blocks in read(2) / calls malloc/free every 10 ms / the threads
+# that freed it exit; RSS one second after the frees. Arguments: MiB, seconds.
+IDLE_MODES = ["sleep", "io", "lowrate", "exit"]
+IDLE_ARGS = (["400", "3"], ["256", "2"])  # full, quick
+OS_CALLS = ["mmap", "munmap", "madvise", "mremap"]  # the "calls per second" of the issue-18 budget
+
 # Rough seconds per run (full, quick), only used to estimate the time left.
 EXPECTED_SECS = {"bench_random_mixed": (0.6, 0.08), "bench_tiny": (0.8, 0.12), "larson": (1.05, 0.3),
                  "bench_xthread": (0.8, 0.15), "bench_mid_large": (1.2, 0.25), "bench_soak": (4.1, 1.25), "bench_frag": (1.5, 0.4)}
@@ -362,6 +369,9 @@ def summarize(runs):
         s["max"] = max(oks)
         mean = statistics.fmean(oks)
         s["cv_pct"] = (statistics.stdev(oks) / mean * 100.0) if len(oks) > 1 and mean > 0 else 0.0
+    walls = [r["wall"] for r in runs if r.get("ok") and r.get("wall")]
+    if walls:
+        s["median_wall"] = statistics.median(walls)
     rss = [r["maxrss_kb"] for r in runs if r.get("maxrss_kb")]
     if rss:
         s["peak_rss_mb"] = max(rss) / 1024.0
@@ -379,6 +389,51 @@ def summarize(runs):
 
 
 # ---------------------------------------------------------------- reporting
+
+def idle_cell(r):
+    if not r:
+        return "FAIL"
+    t = "never" if r["t10_ms"] < 0 else "%.0f ms" % r["t10_ms"]
+    return "%.1f (%s)" % (r["rss_1s_mib"], t)
+
+
+def print_idle(idle, alloc_names):
+    if not idle:
+        return
+    rows = [[m] + [idle_cell(idle[m].get(a)) for a in alloc_names] for m in IDLE_MODES if m in idle]
+    peak = max((r["peak_mib"] for m in idle.values() for r in m.values() if r), default=0)
+    log("")
+    log("idle: RSS in MiB one second after a freed burst (peak about %.0f MiB), and in parentheses the time until "
+        "RSS is at most 10%% of the peak; then the program sleeps / blocks in read / calls malloc(100)+free every "
+        "10 ms / the threads that freed exit" % peak)
+    widths = [max(len(str(x)) for x in col) for col in zip(["mode"] + alloc_names, *rows)]
+    log("  ".join(str(h).ljust(w) for h, w in zip(["mode"] + alloc_names, widths)))
+    for row in rows:
+        log("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+
+
+def run_idle(bindir, allocs, quick, timeout):
+    binary = os.path.join(bindir, "bench_idle")
+    mib, secs = IDLE_ARGS[1] if quick else IDLE_ARGS[0]
+    out = {}
+    for mode in IDLE_MODES:
+        out[mode] = {}
+        for name, env, _ in allocs:
+            full = ["/usr/bin/env"] + ["%s=%s" % kv for kv in env.items()] + [binary, mode, mib, secs]
+            r = None
+            try:
+                p = subprocess.run(full, capture_output=True, text=True, timeout=timeout + float(secs) + 30,
+                                   env=base_env())
+                m = re.search(r"peak_mib=([0-9.]+) rss_1s_mib=([0-9.]+) t10_ms=(-?[0-9.]+) end_mib=([0-9.]+)", p.stdout)
+                if m:
+                    r = {"peak_mib": float(m.group(1)), "rss_1s_mib": float(m.group(2)), "t10_ms": float(m.group(3)),
+                         "end_mib": float(m.group(4))}
+            except subprocess.TimeoutExpired:
+                pass
+            out[mode][name] = r
+            log("idle %s %s: %s" % (mode, name, idle_cell(r)))
+    return out
+
 
 def print_tables(results, bench_names, alloc_names):
     def cell_ops(b, a):
@@ -404,7 +459,8 @@ def print_tables(results, bench_names, alloc_names):
 
     log("")
     log("Details per benchmark and allocator")
-    hdr = ["benchmark", "allocator", "median", "min", "max", "cv%", "x" + BASELINE, "peakRSS_MB"] + STRACE_SYSCALLS
+    hdr = ["benchmark", "allocator", "median", "min", "max", "cv%", "x" + BASELINE, "peakRSS_MB"] + STRACE_SYSCALLS + [
+        "calls/s"]
     rows = []
     for b in bench_names:
         for a in alloc_names:
@@ -420,8 +476,11 @@ def print_tables(results, bench_names, alloc_names):
                        "%.2f" % s["ratio"] if s.get("ratio") is not None else "-",
                        "%.1f" % s["peak_rss_mb"] if "peak_rss_mb" in s else "-"]
             row += [str(sc[k]) if k in sc else "-" for k in STRACE_SYSCALLS]
+            row.append("%.1f" % s["calls_per_s"] if s.get("calls_per_s") is not None else "-")
             rows.append(row)
     table(hdr, rows)
+    log("(calls/s: mmap+munmap+madvise+mremap of the strace run over the median wall time of the timed runs, "
+        "start-up included)")
 
     soak = results.get("soak")
     if soak:
@@ -529,6 +588,21 @@ def write_markdown(path, data):
     table("Peak RSS in MiB (ru_maxrss, largest over the runs):", number_cell("peak_rss_mb"))
     out.append("")
     table("System calls in one `strace -f -c` run (mmap / munmap / madvise / mremap / brk):", syscall_cell)
+    out.append("")
+    table("mmap+munmap+madvise+mremap per second of run time (the strace run's counts over the median wall "
+          "time of the timed runs, start-up included):",
+          lambda s: "%.1f" % s["calls_per_s"] if s and s.get("calls_per_s") is not None else "-")
+    idle = data.get("idle")
+    if idle:
+        out.append("")
+        out.append("idle (bench_idle %s): RSS in MiB one second after a freed burst, and the time until RSS is at "
+                   "most 10%% of the peak:" % " ".join(data.get("idle_args", [])))
+        out.append("")
+        out.append("| mode | " + " | ".join(allocs) + " |")
+        out.append("|---|" + "---:|" * len(allocs))
+        for m in IDLE_MODES:
+            if m in idle:
+                out.append("| %s | %s |" % (m, " | ".join(idle_cell(idle[m].get(a)) for a in allocs)))
     soak = results.get("soak")
     if soak:
         out.append("")
@@ -714,6 +788,7 @@ def main():
         with open(args.from_json) as f:
             data = json.load(f)
         print_tables(data["results"], data["benchmarks"], data["allocators"])
+        print_idle(data.get("idle"), data["allocators"])
         md = os.path.join(os.path.dirname(os.path.abspath(args.from_json)), "latest.md")
         write_markdown(md, data)
         log("wrote %s" % os.path.relpath(md))
@@ -727,7 +802,10 @@ def main():
     if runs < 1:
         sys.exit("--runs must be >= 1")
     timeout = args.timeout if args.timeout else (10.0 if args.quick else 30.0)
-    benches = select_benchmarks(args.bench)
+    bench_spec = [w.strip() for w in args.bench.split(",") if w.strip()]
+    do_idle = not bench_spec or "idle" in bench_spec
+    bench_spec = [w for w in bench_spec if w != "idle"]
+    benches = select_benchmarks(",".join(bench_spec)) if bench_spec or not args.bench else []
     wanted = [a.strip() for a in args.allocators.split(",") if a.strip()] or list(ALLOCATOR_ORDER)
     for a in wanted:
         if a not in ALLOCATOR_ORDER:
@@ -816,6 +894,8 @@ def main():
                 done_units += 1
                 exp_done[0] += expect(binary, True)
                 res_b[name]["syscalls"] = counts
+                if counts and res_b[name].get("median_wall"):
+                    res_b[name]["calls_per_s"] = sum(counts.get(k, 0) for k in OS_CALLS) / res_b[name]["median_wall"]
                 if err:
                     res_b[name]["strace_error"] = err
                 progress("%s %s strace: %s" % (bname, name, "ok" if counts else "failed (%s)" % err))
@@ -834,8 +914,10 @@ def main():
                 notes_out.append(msg)
         results[bname] = res_b
 
+    idle = run_idle(bindir, allocs, args.quick, timeout) if do_idle else None
     total = time.monotonic() - t_start
     print_tables(results, bench_names, alloc_names)
+    print_idle(idle, alloc_names)
     log("")
     log("total time %s; 1-min load average %.2f at the start, %.2f at the end (>%d means other work competed "
         "for the CPUs)" % (fmt_secs(total), load_start, os.getloadavg()[0], os.cpu_count() or 1))
@@ -859,6 +941,8 @@ def main():
         "benchmarks": bench_names,
         "commands": {b[0]: [b[1]] + (b[3] if args.quick else b[2]) for b in benches},
         "results": results,
+        "idle": idle,
+        "idle_args": (IDLE_ARGS[1] if args.quick else IDLE_ARGS[0]) if idle else [],
         "raw_runs": {b: {a: [{k: v for k, v in r.items() if k not in ("stdout_tail",)} for r in rs]
                          for a, rs in d.items()} for b, d in raw.items()},
         "notes": notes_out,
