@@ -39,7 +39,8 @@ _Atomic uint64_t hm_purge_due_ns; /* 0 at start: the first tick sets it */
 static pthread_mutex_t purge_lock = PTHREAD_MUTEX_INITIALIZER; /* one purger at a time */
 static _Atomic size_t n_disabled;     /* purges skipped: HAKMEM_PURGE=off */
 static _Atomic int bg_state;          /* background purger: 0 none, 1 started, 2 failed */
-static pthread_t bg_thread;           /* (valid while bg_state is 1) */
+static pthread_t bg_thread;           /* (valid once bg_known is set, while bg_state is 1) */
+static _Atomic int bg_known;
 enum { BG_AUTO, BG_ON, BG_OFF };      /* HAKMEM_BG_PURGE */
 /* bytes given back, by path (the stats report; hm_purge_given) */
 static _Atomic size_t given[HM_GIVE_PATHS];
@@ -440,7 +441,10 @@ static void start_bg(void) {
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   pthread_attr_destroy(&attr);
   if (rc != 0) atomic_store(&bg_state, 2); /* purging stays on the slow paths */
-  else bg_thread = t;
+  else {
+    bg_thread = t;
+    atomic_store_explicit(&bg_known, 1, memory_order_release);
+  }
 }
 
 /* Start the purger if it is wanted; callers hold no lock. */
@@ -474,7 +478,8 @@ void hm_purge_given(size_t out[HM_GIVE_PATHS], uint64_t *bg_cpu_ns) {
   *bg_cpu_ns = 0;
   clockid_t clk;
   struct timespec ts;
-  if (atomic_load(&bg_state) == 1 && pthread_getcpuclockid(bg_thread, &clk) == 0 && clock_gettime(clk, &ts) == 0)
+  if (atomic_load(&bg_state) == 1 && atomic_load_explicit(&bg_known, memory_order_acquire) &&
+      pthread_getcpuclockid(bg_thread, &clk) == 0 && clock_gettime(clk, &ts) == 0)
     *bg_cpu_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
@@ -550,6 +555,7 @@ void hm_purge_fork_parent(void) { pthread_mutex_unlock(&purge_lock); }
 void hm_purge_fork_child(void) {
   pthread_mutex_init(&purge_lock, NULL);
   if (atomic_load(&bg_state) == 1) {
+    atomic_store(&bg_known, 0);
     atomic_store(&bg_state, 0);
     atomic_store(&hm_purge_due_ns, 0);
     hm_tick_countdown = 1;
