@@ -304,11 +304,11 @@ static size_t purge_slabs(uint64_t now, uint64_t delay_ns, size_t budget, uint64
 /* Least idle time of a cached large span before a lazy purge gives it back. */
 #define LARGE_IDLE_NS 1000000000ull
 
+static _Atomic uint32_t step_epoch; /* steps run so far (hm_purge_tick_clock) */
+
 /* One bounded step: what has been unused for delay_ns, oldest first, up to
  * budget bytes. Sets hm_purge_due_ns to when the next step is due. Returns
  * the bytes given back. purge_lock held. */
-static _Atomic uint32_t step_epoch; /* steps run so far (hm_purge_tick_clock) */
-
 static size_t purge_step(uint64_t now, uint64_t delay_ns, size_t budget) {
   /* Cleared first: whatever becomes unused while we look lowers it again. */
   atomic_store(&hm_purge_due_ns, UINT64_MAX);
@@ -323,10 +323,16 @@ static size_t purge_step(uint64_t now, uint64_t delay_ns, size_t budget) {
      * syscall budget with blocks up to 1 MiB, packed: unused 7-8.4 MiB
      * against a reserve of 6.4), which a bound of one reserve turned into
      * madvise calls now and then. */
-    static bool draining; /* (purge_lock) */
+    static bool draining;       /* (purge_lock) */
+    static uint64_t drained_ns; /* when the last drain reached the reserve */
     size_t unused = hm_purge_unused_resident(), keep = reserve();
-    if (unused > 2 * keep) draining = true;
-    if (unused <= keep) draining = false;
+    /* Threads release their empty current slabs on their first look after
+     * a step (hm_purge_tick_clock), so just after a drain: those go too. */
+    if (unused > 2 * keep || (unused > keep && drained_ns != 0 && now - drained_ns < 4 * delay_ns)) draining = true;
+    if (unused <= keep) {
+      if (draining) drained_ns = now;
+      draining = false;
+    }
     budget = draining ? (unused - keep < budget ? unused - keep : budget) : 0;
   }
   if (budget != 0) {
@@ -415,10 +421,9 @@ static void *bg_main(void *arg) {
     pthread_mutex_lock(&purge_lock);
     size_t got = run_due(hm_now_ns(), true);
     pthread_mutex_unlock(&purge_lock);
-    if (got == 0 && limit)
-      nap(LIMIT_NAP_NS);
-    else
-      sched_yield();
+    if (got == 0 && limit) nap(LIMIT_NAP_NS);
+    /* else straight on while a backlog remains: a yield on a loaded machine
+     * let 1 GiB freed take 1.7 s to drain (purge_burst_1g) */
   }
   return NULL;
 }
