@@ -11,7 +11,7 @@
  *              blocks in use (all but their first page), once
  *   reuse      purged memory reused: zeros, contents kept, honest byte counts
  *   race       threads reuse slabs while others purge them (no lost writes)
- *   bg         HAKMEM_BG_PURGE=1: RSS falls while the program sleeps; in a
+ *   bg         HAKMEM_BG_PURGE=on (or auto): RSS falls while the program sleeps; in a
  *              forked child too
  *   bg_control the same without the background purger: RSS stays
  *   auto on|off  HAKMEM_BG_PURGE=auto: no purger thread while at most the
@@ -404,7 +404,7 @@ static void wait_rss_fall(size_t peak, double secs, const char *what) {
 }
 
 static void t_bg(void) {
-  /* HAKMEM_BG_PURGE=1, HAKMEM_PURGE_DELAY_MS=300. 128 MiB: what stays
+  /* HAKMEM_BG_PURGE=on or auto, HAKMEM_PURGE_DELAY_MS=300. 128 MiB: what stays
    * resident (the program, the purger's reserve of 4 MiB) is then well
    * under a tenth of the peak. */
   blocks_t b = fill_small(128 * MiB, 5);
