@@ -19,13 +19,13 @@
  * reads on its slow path. */
 #include <pthread.h>
 
-#include "internal.h"
+#include "heap.h"
 
 
 static const uint8_t kind_shift[NUM_KINDS] = {16, 19, 21}; /* 64 KiB, 512 KiB, 2 MiB */
 
 slab_t hm_empty_slab;
-heap_t hm_empty_heap = {.direct = {[0 ... TINY_MAX / 16] = &hm_empty_slab},
+heap_t hm_empty_heap = {.direct = {[0 ... DIRECT_MAX / 16] = &hm_empty_slab},
                          .cur = {[0 ... NUM_CLASSES - 1] = &hm_empty_slab}};
 _Static_assert(offsetof(heap_t, fc_stand_in) + sizeof(slab_t) <= UINT16_MAX, "foreign cache offsets fit fc_off");
 #define FC_STAND_IN ((uint16_t)offsetof(heap_t, fc_stand_in))
@@ -38,16 +38,16 @@ static heap_t *heap_pool;                  /* heaps of exited threads, for reuse
 static superslab_t *abandoned[NUM_KINDS];  /* SuperSlabs of exited threads */
 static pthread_key_t heap_key;             /* its destructor runs at thread exit */
 
-/* The direct[] granules of each class: [tiny_gran[c], tiny_gran[c + 1])
+/* The direct[] granules of each class: [direct_gran[c], direct_gran[c + 1])
  * for a tiny class c, an empty range for the others (set up at start-up
- * from hm_tiny_class). */
-static uint8_t tiny_gran[NUM_CLASSES + 1];
+ * from hm_direct_class). */
+static uint8_t direct_gran[NUM_CLASSES + 1];
 
 /* Make s the current slab of class c, in cur[] and, for a tiny class, in
  * every direct[] granule of that class. */
 static void heap_set_cur(heap_t *h, unsigned c, slab_t *s) {
   h->cur[c] = s;
-  for (unsigned g = tiny_gran[c], end = tiny_gran[c + 1]; g < end; g++) h->direct[g] = s;
+  for (unsigned g = direct_gran[c], end = direct_gran[c + 1]; g < end; g++) h->direct[g] = s;
 }
 
 /* ---- lists ------------------------------------------------------------- */
@@ -335,8 +335,8 @@ static void slab_carve(slab_t *s) {
   char *p = hm_slab_start(s) + (size_t)s->carved * bs;
   block_t *list = s->free;
 #ifdef HAKMEM_SECURE
-  if (n > PAGE_SIZE_ / 16) n = PAGE_SIZE_ / 16;
-  uint32_t order[PAGE_SIZE_ / 16];
+  if (n > HM_PAGE_SIZE / 16) n = HM_PAGE_SIZE / 16;
+  uint32_t order[HM_PAGE_SIZE / 16];
   for (uint32_t i = 0; i < n; i++) order[i] = i;
   hm_secure_shuffle(order, n);
 #define CARVE_AT(i) order[i]
@@ -371,7 +371,7 @@ static bool slab_refill(slab_t *s) {
     return true;
   }
   if (atomic_load_explicit(hm_slab_remote(s), memory_order_relaxed) > REMOTE_NOTIFY) {
-#ifdef HAKMEM_STATS
+#if HM_FAST_COUNTERS
     uint32_t used = s->used;
 #endif
     slab_collect_remote(s);
@@ -384,7 +384,7 @@ static bool slab_refill(slab_t *s) {
 /* Make s->free non-empty from s's uncarved part, if it has one. */
 static bool slab_refill_carve(slab_t *s) {
   if (s->carved < s->capacity) {
-#ifdef HAKMEM_STATS
+#if HM_FAST_COUNTERS
     uint32_t carved = s->carved;
 #endif
     slab_carve(s);
@@ -717,10 +717,10 @@ static void heap_key_destructor(void *v) {
 }
 
 void hm_heap_process_init(void) {
-  unsigned g = TINY_MAX / 16 + 1;
+  unsigned g = DIRECT_MAX / 16 + 1;
   for (unsigned c = NUM_CLASSES + 1; c-- > 0;) { /* a class's first granule; past the tiny ones, the end */
-    while (g > 0 && c < NUM_CLASSES && hm_tiny_class[g - 1] == c) g--;
-    tiny_gran[c] = (uint8_t)g;
+    while (g > 0 && c < NUM_CLASSES && hm_direct_class[g - 1] == c) g--;
+    direct_gran[c] = (uint8_t)g;
   }
   pthread_key_create(&heap_key, heap_key_destructor);
 }
@@ -775,7 +775,7 @@ static heap_t *heap_for_thread(void) {
   pthread_mutex_unlock(&heap_lock);
   if (h == NULL) {
     if ((h = hm_meta_alloc(sizeof(heap_t))) == NULL) return NULL;
-#ifdef HAKMEM_STATS
+#if HM_FAST_COUNTERS
     hm_stats_heap_new(h);
 #endif
   }
@@ -895,7 +895,7 @@ static void foreign_overflow(slab_t *f) {
 static void free_to_slab(heap_t *h, superslab_t *ss, block_t *b) {
   slab_t *s = hm_slab_of(ss, b);
   if (h != &hm_empty_heap) HM_STAT_ADD(h, free_remote[s->cls], 1);
-#ifdef HAKMEM_STATS
+#if HM_FAST_COUNTERS
   else hm_stats_free_without_heap(s->cls);
 #endif
   remote_push(ss, s, b, b);
@@ -1163,7 +1163,7 @@ void hm_ss_in_use(superslab_t *ss, size_t in_use[2]) {
     if (cls >= NUM_CLASSES) continue;
     size_t used = __atomic_load_n(&s->used, __ATOMIC_RELAXED);
     if (__atomic_load_n(&s->in_use, __ATOMIC_RELAXED) == SLAB_FULL) used = s->capacity; /* (biased while FULL) */
-    in_use[hm_class_size[cls] <= TINY_MAX ? HM_LANE_TINY : HM_LANE_MID] += used * hm_class_size[cls];
+    in_use[hm_class_size[cls] <= DIRECT_MAX ? HM_LANE_DIRECT : HM_LANE_POOL] += used * hm_class_size[cls];
   }
 }
 

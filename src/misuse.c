@@ -13,18 +13,16 @@
  *     chance, internal.h has why).
  * Reports go through hm_misuse: abort, or print and leave the block alone
  * under HAKMEM_ON_ERROR=warn. */
-#include "internal.h"
+#include <stdlib.h>
 
-#ifdef HAKMEM_SECURE
-uintptr_t hm_free_tag;
-#endif
+#include "heap.h"
 
-/* At start-up, before any block exists. */
-void hm_misuse_init(void) {
-#ifdef HAKMEM_SECURE
-  hm_free_tag = (uintptr_t)hm_random_u64() | 1;
-  hm_fill_lane = _mm_set1_epi64x((long long)hm_free_tag);
-#endif
+/* A misuse the allocator survives by not touching the block (invalid or
+ * double free): HAKMEM_ON_ERROR=warn prints and returns, abort aborts. */
+void hm_misuse(const char *what, const void *p, const char *reason) {
+  hm_ensure_init();
+  hm_write_error(what, p, reason);
+  if (hm_opt[HM_OPT_ON_ERROR] != HM_ON_ERROR_WARN) abort();
 }
 
 static const char *const op_prefix[] = {"", "realloc: ", "malloc_usable_size: "};
