@@ -20,6 +20,7 @@
 #include <pthread.h>
 
 #include "heap.h"
+#include "list.h"
 
 
 static const uint8_t kind_shift[NUM_KINDS] = {16, 19, 21}; /* 64 KiB, 512 KiB, 2 MiB */
@@ -57,19 +58,11 @@ static void heap_set_cur(heap_t *h, unsigned c, slab_t *s) {
  * free would hand out one block and be switched away from at once.) */
 static void avail_push(heap_t *h, slab_t *s) {
   s->in_use = SLAB_LISTED;
-  s->next = NULL;
-  s->prev = h->avail_tail[s->cls];
-  if (s->prev != NULL) s->prev->next = s;
-  else h->avail[s->cls] = s;
-  h->avail_tail[s->cls] = s;
+  HM_QUEUE_PUSH_TAIL(h->avail[s->cls], h->avail_tail[s->cls], s, next, prev);
 }
 
 static void avail_unlink(heap_t *h, slab_t *s) {
-  if (s->prev != NULL) s->prev->next = s->next;
-  else h->avail[s->cls] = s->next;
-  if (s->next != NULL) s->next->prev = s->prev;
-  else h->avail_tail[s->cls] = s->prev;
-  s->next = s->prev = NULL;
+  HM_QUEUE_UNLINK(h->avail[s->cls], h->avail_tail[s->cls], s, next, prev);
   s->in_use = SLAB_ACTIVE;
 }
 
@@ -82,17 +75,11 @@ static void avail_unlink(heap_t *h, slab_t *s) {
  * handed out from, and the frees stayed spread over all of them. */
 static void sparse_push(heap_t *h, slab_t *s) {
   s->in_use = SLAB_SPARSE;
-  s->prev = NULL;
-  s->next = h->sparse[s->cls];
-  if (s->next != NULL) s->next->prev = s;
-  h->sparse[s->cls] = s;
+  HM_LIST_PUSH(h->sparse[s->cls], s, next, prev);
 }
 
 static void sparse_unlink(heap_t *h, slab_t *s) {
-  if (s->prev != NULL) s->prev->next = s->next;
-  else h->sparse[s->cls] = s->next;
-  if (s->next != NULL) s->next->prev = s->prev;
-  s->next = s->prev = NULL;
+  HM_LIST_UNLINK(h->sparse[s->cls], s, next, prev);
   s->in_use = SLAB_ACTIVE;
 }
 
@@ -104,32 +91,20 @@ static bool slab_is_sparse(const slab_t *s) { return (uint32_t)s->used * 4u < s-
 
 static void partial_push(heap_t *h, superslab_t *ss) {
   ss->on_partial = 1;
-  ss->prev = NULL;
-  ss->next = h->partial[ss->kind];
-  if (ss->next != NULL) ss->next->prev = ss;
-  h->partial[ss->kind] = ss;
+  HM_LIST_PUSH(h->partial[ss->kind], ss, next, prev);
 }
 
 static void partial_unlink(heap_t *h, superslab_t *ss) {
-  if (ss->prev != NULL) ss->prev->next = ss->next;
-  else h->partial[ss->kind] = ss->next;
-  if (ss->next != NULL) ss->next->prev = ss->prev;
-  ss->next = ss->prev = NULL;
+  HM_LIST_UNLINK(h->partial[ss->kind], ss, next, prev);
   ss->on_partial = 0;
 }
 
 static void all_push(heap_t *h, superslab_t *ss) {
-  ss->all_prev = NULL;
-  ss->all_next = h->all;
-  if (ss->all_next != NULL) ss->all_next->all_prev = ss;
-  h->all = ss;
+  HM_LIST_PUSH(h->all, ss, all_next, all_prev);
 }
 
 static void all_unlink(heap_t *h, superslab_t *ss) {
-  if (ss->all_prev != NULL) ss->all_prev->all_next = ss->all_next;
-  else h->all = ss->all_next;
-  if (ss->all_next != NULL) ss->all_next->all_prev = ss->all_prev;
-  ss->all_next = ss->all_prev = NULL;
+  HM_LIST_UNLINK(h->all, ss, all_next, all_prev);
 }
 
 static uint32_t ss_all_mask(const superslab_t *ss) {

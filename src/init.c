@@ -9,7 +9,6 @@
 
 #include "internal.h"
 
-int hm_force_libc;
 _Atomic int hm_init_state;
 
 static void fork_prepare(void) {

@@ -21,8 +21,13 @@ extern void __libc_free(void *);
 
 /* error.c: prints "hakmem: error: what of 0x... (reason)" and aborts */
 HM_HIDDEN HM_NORETURN void hm_fatal(const char *what, const void *p, const char *reason);
-/* The same line without the abort (misuse.c's reports). */
+/* The same line without the abort. */
 HM_HIDDEN void hm_write_error(const char *what, const void *p, const char *reason);
+/* Misuse reports: prints "hakmem: error: what of 0x... (reason)"; aborts
+ * unless HAKMEM_ON_ERROR=warn. op: HM_OP_* (block.h), which call it was. */
+HM_HIDDEN void hm_misuse(const char *what, const void *p, const char *reason);
+HM_HIDDEN void hm_report_invalid(const void *p, int op, const char *reason);
+HM_HIDDEN void hm_report_double(const void *p, int op, const char *reason);
 
 /* Invariant checks (make debug); hm_check_slab and hm_check_block are heap.c's. */
 #ifdef HAKMEM_DEBUG
@@ -42,6 +47,7 @@ HM_HIDDEN void hm_options_init(void);
 HM_HIDDEN int hm_option_is_set(int id);
 HM_HIDDEN void hm_options_write(int fd);
 HM_HIDDEN void hm_options_print_config(void); /* HAKMEM_VERBOSE=1 */
+extern HM_HIDDEN int hm_force_libc;    /* HAKMEM_FORCE_LIBC_ALLOC=1 (set by init.c) */
 
 /* random.c: hm_random_u64 from the kernel (slow, any time); hm_random_fast
  * from a per-thread generator seeded by it */
@@ -284,14 +290,9 @@ HM_HIDDEN void hm_large_resident(size_t res[3]);
 
 /* ==== 6 services ========================================================= */
 
-/* misuse.c: invalid and double frees (HM_OP_* say which call) */
+/* misuse.c: invalid and double frees found (HM_OP_* say which call) */
 HM_HIDDEN void hm_free_suspect(void *p);
 HM_HIDDEN size_t hm_usable_checked(void *p, int op);
-HM_HIDDEN void hm_report_invalid(const void *p, int op, const char *reason);
-HM_HIDDEN void hm_report_double(const void *p, int op, const char *reason);
-/* Prints "hakmem: error: what of 0x... (reason)"; aborts unless
- * HAKMEM_ON_ERROR=warn. */
-HM_HIDDEN void hm_misuse(const char *what, const void *p, const char *reason);
 
 /* purge.c: purge steps, the background purger, the RSS limit, collect */
 HM_HIDDEN void hm_purge_start(void);
@@ -316,7 +317,6 @@ HM_HIDDEN void hm_free_slow(void *p);
 /* init.c: start-up on the first allocation. hm_ensure_init is the one
  * call that goes up without a hook: the slow paths of every layer start
  * the process on first use (docs/DESIGN.md, "Start-up"). */
-extern HM_HIDDEN int hm_force_libc;    /* HAKMEM_FORCE_LIBC_ALLOC=1 */
 extern HM_HIDDEN _Atomic int hm_init_state; /* 0 none, 1 running, 2 done */
 HM_HIDDEN void hm_init_slow(void);
 HM_INLINE void hm_ensure_init(void) {

@@ -45,6 +45,7 @@
 #include <sys/mman.h>
 
 #include "heap.h"
+#include "list.h"
 
 #if defined(__SANITIZE_THREAD__)
 void __tsan_acquire(void *addr);
@@ -346,30 +347,18 @@ static bucket_t *cache_enter(span_t *s) {
 static void cache_push(span_t *s, uint64_t freed_ns) {
   bucket_t *b = cache_enter(s);
   s->freed_ns = freed_ns;
-  s->prev = NULL;
-  s->next = b->head;
-  if (b->head != NULL) b->head->prev = s;
-  else b->tail = s;
-  b->head = s;
+  HM_QUEUE_PUSH_HEAD(b->head, b->tail, s, next, prev);
 }
 
 /* A span just purged goes last: it is the oldest, and the least wanted. */
 static void cache_push_oldest(span_t *s) {
   bucket_t *b = cache_enter(s);
-  s->next = NULL;
-  s->prev = b->tail;
-  if (b->tail != NULL) b->tail->next = s;
-  else b->head = s;
-  b->tail = s;
+  HM_QUEUE_PUSH_TAIL(b->head, b->tail, s, next, prev);
 }
 
 static void cache_unlink(span_t *s) {
   bucket_t *b = &buckets[s->len >> SS_SHIFT];
-  if (s->prev != NULL) s->prev->next = s->next;
-  else b->head = s->next;
-  if (s->next != NULL) s->next->prev = s->prev;
-  else b->tail = s->prev;
-  s->next = s->prev = NULL;
+  HM_QUEUE_UNLINK(b->head, b->tail, s, next, prev);
   b->count--;
   cache_bytes -= s->len;
   atomic_fetch_sub_explicit(&cache_clean, s->len - s->dirty, memory_order_relaxed);
@@ -606,45 +595,28 @@ static span_t *cache_take(size_t len, size_t need, size_t align, uint64_t now, s
 
 /* ---- failures --------------------------------------------------------------- */
 
-/* Append text / the decimal v to the line at *at (within end). */
-static void put_str(char **at, char *end, const char *text) {
-  while (*text != '\0' && *at < end) *(*at)++ = *text++;
-}
-
-static void put_dec(char **at, char *end, size_t v) {
-  char buf[24];
-  int i = (int)sizeof buf - 1;
-  buf[i] = '\0';
-  do {
-    buf[--i] = (char)('0' + v % 10);
-    v /= 10;
-  } while (v != 0);
-  put_str(at, end, buf + i);
-}
-
-/* HAKMEM_ACE_TRACE=1: one line per failed large allocation, written at
+/* HAKMEM_LARGE_TRACE=1: one line per failed large allocation, written at
  * once (lines of threads failing together do not mix), without allocating.
  * Sets errno to ENOMEM. */
 static void *fail(const char *reason, size_t n, size_t align, int err) {
   if (hm_opt[HM_OPT_LARGE_TRACE]) {
-    char line[256], *at = line, *end = line + sizeof line - 2;
-    put_str(&at, end, "hakmem: ace: ");
-    put_str(&at, end, reason);
-    put_str(&at, end, " size=");
-    put_dec(&at, end, n);
+    hm_line_t o;
+    hm_line_init(&o, NULL, 2);
+    hm_line_put(&o, "hakmem: ace: "); /* (the prefix programs match: kept from the lane's former name) */
+    hm_line_put(&o, reason);
+    hm_line_put(&o, " size=");
+    hm_line_dec(&o, n, 0);
     if (align > 16) {
-      put_str(&at, end, " align=");
-      put_dec(&at, end, align);
+      hm_line_put(&o, " align=");
+      hm_line_dec(&o, align, 0);
     }
-    put_str(&at, end, " errno=");
-    put_dec(&at, end, (size_t)err);
-    put_str(&at, end, " (");
+    hm_line_put(&o, " errno=");
+    hm_line_dec(&o, (uint64_t)err, 0);
+    hm_line_put(&o, " (");
     const char *text = strerrordesc_np(err);
-    put_str(&at, end, text != NULL ? text : "unknown error");
-    put_str(&at, end, ")");
-    *at++ = '\n';
-    *at = '\0';
-    hm_write_str(line);
+    hm_line_put(&o, text != NULL ? text : "unknown error");
+    hm_line_put(&o, ")\n");
+    hm_line_flush(&o);
   }
   errno = ENOMEM;
   return NULL;

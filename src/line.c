@@ -34,6 +34,13 @@ void hm_format_dec(char *out, long v) {
   *out = '\0';
 }
 
+/* Copies src after dst's text, within cap bytes. */
+void hm_str_append(char *dst, size_t cap, const char *src) {
+  size_t n = strlen(dst);
+  while (*src != '\0' && n + 1 < cap) dst[n++] = *src++;
+  dst[n] = '\0';
+}
+
 void hm_line_init(hm_line_t *o, FILE *f, int fd) {
   o->f = f;
   o->fd = fd;

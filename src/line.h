@@ -30,5 +30,7 @@ __attribute__((visibility("hidden"))) void hm_line_flush(hm_line_t *o);
 __attribute__((visibility("hidden"))) void hm_write_fd(int fd, const char *s);
 __attribute__((visibility("hidden"))) void hm_write_str(const char *s);
 __attribute__((visibility("hidden"))) void hm_format_dec(char *out, long v);
+/* src appended to the text in dst, within cap bytes (the reasons of errors). */
+__attribute__((visibility("hidden"))) void hm_str_append(char *dst, size_t cap, const char *src);
 
 #endif /* HAKMEM_LINE_H */

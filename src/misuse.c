@@ -11,38 +11,9 @@
  *     foreign cache, which the scan cannot see: no other thread may walk
  *     those lists; otherwise the tag decides: a program cannot hold it by
  *     chance, internal.h has why).
- * Reports go through hm_misuse: abort, or print and leave the block alone
- * under HAKMEM_ON_ERROR=warn. */
-#include <stdlib.h>
-
+ * Reports go through error.c's hm_report_*: abort, or print and leave the
+ * block alone under HAKMEM_ON_ERROR=warn. */
 #include "heap.h"
-
-/* A misuse the allocator survives by not touching the block (invalid or
- * double free): HAKMEM_ON_ERROR=warn prints and returns, abort aborts. */
-void hm_misuse(const char *what, const void *p, const char *reason) {
-  hm_ensure_init();
-  hm_write_error(what, p, reason);
-  if (hm_opt[HM_OPT_ON_ERROR] != HM_ON_ERROR_WARN) abort();
-}
-
-static const char *const op_prefix[] = {"", "realloc: ", "malloc_usable_size: "};
-
-/* Copies src after dst's text, within cap bytes. */
-static void append(char *dst, size_t cap, const char *src) {
-  size_t n = strlen(dst);
-  while (*src != '\0' && n + 1 < cap) dst[n++] = *src++;
-  dst[n] = '\0';
-}
-
-static void report(const char *what, const void *p, int op, const char *reason) {
-  char buf[160] = "";
-  append(buf, sizeof buf, op_prefix[op]);
-  append(buf, sizeof buf, reason);
-  hm_misuse(what, p, buf);
-}
-
-void hm_report_invalid(const void *p, int op, const char *reason) { report("invalid free", p, op, reason); }
-void hm_report_double(const void *p, int op, const char *reason) { report("double free", p, op, reason); }
 
 /* Why p, in slab s's SuperSlab, is not a block hakmem handed out. */
 static const char *ss_reason(const slab_t *s, const void *p, char *buf, size_t cap) {
@@ -53,13 +24,13 @@ static const char *ss_reason(const slab_t *s, const void *p, char *buf, size_t c
   if (idx >= carved) return "not a block hakmem handed out";
   char num[24];
   buf[0] = '\0';
-  append(buf, cap, (a & 15) != 0 ? "unaligned pointer: byte " : "interior pointer: byte ");
+  hm_str_append(buf, cap, (a & 15) != 0 ? "unaligned pointer: byte " : "interior pointer: byte ");
   hm_format_dec(num, (long)off);
-  append(buf, cap, num);
-  append(buf, cap, " of a ");
+  hm_str_append(buf, cap, num);
+  hm_str_append(buf, cap, " of a ");
   hm_format_dec(num, (long)s->block_size);
-  append(buf, cap, num);
-  append(buf, cap, "-byte block");
+  hm_str_append(buf, cap, num);
+  hm_str_append(buf, cap, "-byte block");
   return buf;
 }
 

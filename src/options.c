@@ -29,6 +29,7 @@ long hm_opt[HM_OPT_COUNT] = {
 #undef HM_OPTION
 };
 
+int hm_force_libc; /* set at start-up (init.c) */
 static unsigned char opt_set[HM_OPT_COUNT]; /* given in the environment */
 
 /* Former names, still read when the option's own name is not set

@@ -48,6 +48,8 @@ static void put_left(hm_line_t *o, const char *s, size_t width) {
 
 #define COL 15
 
+/* The row labels predate the glossary's names (direct sizes, the rest of
+ * the pool); programs parse them, so they stay. */
 static const char *const lane_names[HM_LANES] = {"tiny (<=1 KiB)", "mid (<=256 KiB)", "large"};
 
 static void put_mib(hm_line_t *o, const char *label, size_t bytes) {
@@ -77,8 +79,8 @@ static void report(hm_line_t *o) {
   hak_stats_get(&st);
   hm_line_put(o, "hakmem statistics (pid ");
   hm_line_dec(o, (uint64_t)getpid(), 0);
-  hm_line_put(o, st.counters ? "; built with HAKMEM_STATS: every call counted"
-                     : "; default build: tiny/mid bytes at slab granularity");
+  hm_line_put(o, st.counters ? "; built with HAKMEM_FAST_COUNTERS: every call counted"
+                     : "; default build: pool bytes at slab granularity");
   hm_line_put(o, hm_force_libc ? "; HAKMEM_FORCE_LIBC_ALLOC=1: glibc served every call)\n" : ")\n");
   static const char *const heads[] = {"allocated", "freed", "current", "peak", "in use"};
   put_left(o, "lane", 16);
@@ -139,7 +141,7 @@ static void report(hm_line_t *o) {
       local += st.cls[c].frees_local;
       remote += st.cls[c].frees_remote;
     }
-    hm_line_put(o, "frees (tiny+mid): ");
+    hm_line_put(o, "frees (pool): ");
     hm_line_dec(o, local, 0);
     hm_line_put(o, " by the owning thread, ");
     hm_line_dec(o, remote, 0);
