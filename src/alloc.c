@@ -80,9 +80,7 @@ void *hak_realloc(void *p, size_t n) {
   if (n <= old && (old <= 256 || n >= old / 2)) return p;
   /* A move of more than 64 KiB goes to a pack when packs are on: the copy
    * touches every page it fills, and a pack reuses pages one by one, where
-   * a Pool block keeps them for good (bench_soak: the classes above 64 KiB
-   * grew from 28 to 37 MiB resident between 12 s and 60 s, every carved
-   * block turning dense as copies cycled through them). */
+   * a pool block keeps them for good (docs/DESIGN.md, "Large lane"). */
   void *q = n > REALLOC_PACK_MIN && hm_pack_enabled() ? hm_large_alloc(n, 0) : hm_malloc(n);
   if (q == NULL) return NULL; /* errno is ENOMEM; p is untouched */
   memcpy(q, p, n < old ? n : old);

@@ -21,10 +21,8 @@
  * needs them) and given back in one madvise: the largest such top among
  * the heap's classes, and at most one call per HAKMEM_BIG_IDLE_SPACING_MS
  * (20 s; 0: never) in the whole process. That bound keeps the syscall
- * budget (one call per 10^8 operations; bench_random_mixed with blocks to
- * 1 MiB runs 5-6 million a second) for a working set whose rare peaks keep
- * coming back: giving back each block once it went idle for a period made
- * 11-13 madvise calls in 60 million operations. HAKMEM_PURGE=off never
+ * budget for a working set whose rare peaks keep coming back (docs/DESIGN.md,
+ * "Memory given back"). HAKMEM_PURGE=off never
  * looks either; a thread that stops allocating big blocks stops looking.
  *
  * hak_collect and malloc_trim give back the pages of every free block of

@@ -7,7 +7,7 @@
 #include "heap.h"
 
 /* (Not written as hm_malloc_small behind a POOL_MAX test: testing DIRECT_MAX
- * first saves tiny sizes a compare and a branch.) */
+ * first saves direct sizes a compare and a branch.) */
 HM_INLINE void *hm_malloc(size_t n) {
   heap_t *h = hm_tls_heap;
   if (likely(n <= DIRECT_MAX)) return hm_slab_pop(h, h->direct[(n + 15) >> 4], n);
@@ -30,8 +30,8 @@ HM_INLINE slab_t *hm_select_slab(const void *x, const void *y, slab_t *a, slab_t
 
 /* free for a thread that trades blocks with others (hm_tls_free_id): its
  * frees are its own blocks and others' by turns, a branch on which is
- * mispredicted every other time (bench_xthread: 35-65% each way; it cost
- * a third of the time, bench_soak a quarter). So both are pushed alike,
+ * mispredicted every other time (docs/DESIGN.md, "Threads"). So both are
+ * pushed alike,
  * on a slab chosen without a branch: the block's own slab for its owner,
  * else this thread's foreign cache of its class, or the stand-in while the
  * shape names none (fc_off), whose `used` of 1 sends the block to
@@ -61,8 +61,8 @@ HM_INLINE void hm_free_trading(heap_t *h, const heap_t *owner, superslab_t *ss, 
     HM_STAT_ADD(h, free_remote[t->cls], 1);
 #endif
   /* On the free list, not local_free: the next malloc takes the newest
-   * block, still in this core's cache (popped in the order freed, 75% of
-   * bench_xthread's mallocs missed D1 on the block under callgrind). */
+   * block, still in this core's cache (popped in the order freed, most
+   * mallocs missed the cache on the block). */
   b->next = t->free;
   t->free = b;
   /* emptied, FULL, the foreign cache over budget, or the stand-in */

@@ -40,11 +40,11 @@ static superslab_t *abandoned[NUM_KINDS];  /* SuperSlabs of exited threads */
 static pthread_key_t heap_key;             /* its destructor runs at thread exit */
 
 /* The direct[] granules of each class: [direct_gran[c], direct_gran[c + 1])
- * for a tiny class c, an empty range for the others (set up at start-up
+ * for a class of direct sizes c, an empty range for the others (set up at start-up
  * from hm_direct_class). */
 static uint8_t direct_gran[NUM_CLASSES + 1];
 
-/* Make s the current slab of class c, in cur[] and, for a tiny class, in
+/* Make s the current slab of class c, in cur[] and, for a class of direct sizes, in
  * every direct[] granule of that class. */
 static void heap_set_cur(heap_t *h, unsigned c, slab_t *s) {
   h->cur[c] = s;
@@ -294,11 +294,8 @@ static void slab_collect_remote(slab_t *s) {
  * KiB, 64 KiB's worth, and at least one) of fresh blocks: memory is
  * touched only as it is needed. Each gets the free tag (and in secure mode
  * the fill pattern), and secure mode links them in random order (at most a
- * page's worth at a time). (Four blocks at a time carved a quarter to a
- * megabyte of a class's 2 MiB slab of blocks above 64 KiB, which a thread
- * may hold one or two of: bench_soak's slabs of those classes held 37 MiB
- * carved for 12-15 MiB in use, made resident in time by the program's
- * writes, and its RSS crept by that; 28-30 MiB with one at a time.) */
+ * page's worth at a time). (A fixed number of blocks at a time carves too
+ * much of the big slabs: docs/DESIGN.md, "Slabs".) */
 #define CARVE_LEAST_BYTES ((uint32_t)64 << 10)
 static void slab_carve(slab_t *s) {
   uint32_t bs = s->block_size;
@@ -555,7 +552,7 @@ static void heap_release_emptied_cur(heap_t *h, unsigned kind) {
  * the kind is resident, other classes' spares, and their current slabs
  * left empty and untouched since the last look, go back first: a program
  * moving on from one size to the next reuses their memory, already
- * resident, instead of touching more (bench_tiny), without waiting for a
+ * resident, instead of touching more, without waiting for a
  * purge step. (Only then: released slabs left unused are given back by
  * purge steps, and a steady workload must make no system call.) */
 static slab_t *heap_new_slab(heap_t *h, unsigned c) {
@@ -608,7 +605,7 @@ static void *heap_alloc(heap_t *h, unsigned c) {
   slab_t *s = h->cur[c];
   /* cur[c] still names s, which has nothing left (listed, FULL or the dry
    * foreign cache): set to the empty slab only where something between may
-   * look (and not at all when the next slab follows at once: for a tiny
+   * look (and not at all when the next slab follows at once: for a direct
    * class that is up to four stores) */
   bool stale = false;
   for (;;) {
@@ -693,7 +690,7 @@ static void heap_key_destructor(void *v) {
 
 void hm_heap_process_init(void) {
   unsigned g = DIRECT_MAX / 16 + 1;
-  for (unsigned c = NUM_CLASSES + 1; c-- > 0;) { /* a class's first granule; past the tiny ones, the end */
+  for (unsigned c = NUM_CLASSES + 1; c-- > 0;) { /* a class's first granule; past the direct ones, the end */
     while (g > 0 && c < NUM_CLASSES && hm_direct_class[g - 1] == c) g--;
     direct_gran[c] = (uint8_t)g;
   }
@@ -701,9 +698,8 @@ void hm_heap_process_init(void) {
 }
 
 /* Blocks a heap caches per class from other threads' slabs: a byte budget
- * (HAKMEM_FOREIGN_CACHE_KB), at least one block unless the cache is off.
- * (A floor of 8 blocks let two threads trading blocks of the 16 classes
- * above 64 KiB hold up to 20 MiB each in their caches: bench_soak.) */
+ * (HAKMEM_FOREIGN_CACHE_KB), at least one block unless the cache is off
+ * (a floor in blocks would let the large classes hold megabytes). */
 static uint32_t foreign_cap(unsigned c) {
   if (hm_opt[HM_OPT_FOREIGN_CACHE_KB] == 0) return 0;
   uint64_t n = ((uint64_t)hm_opt[HM_OPT_FOREIGN_CACHE_KB] << 10) / hm_class_size[c];
@@ -789,8 +785,8 @@ void *hm_alloc_class(unsigned c) {
  * class's spare, if the class has none and its slabs are 64 KiB ones.
  * Released, it would go back to its SuperSlab, marked unused (a clock read
  * and four atomic operations), and be taken back the next time the current
- * slab runs dry: bench_tiny's 768-byte round of 100 blocks, 85 to a slab,
- * did that every round (+16-18% with the spare).
+ * slab runs dry: a class cycling through two slabs did that every round
+ * (docs/DESIGN.md, "Slabs").
  * Only small slabs: a spare stays its thread's until the thread's next
  * look (release_if_idle), and the larger blocks' programs touch more
  * memory per slab taken than taking it costs. */

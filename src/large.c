@@ -1,4 +1,4 @@
-/* ACE, the large lane: blocks above the Pool limit (POOL_MAX), each the
+/* The large lane: blocks above the pool limit (POOL_MAX), each the
  * whole of a span mapped from the OS, except blocks up to HM_PACK_MAX,
  * which pack.c packs into one-chunk spans taken from here (while the
  * program does not resize its large blocks often: pack_alloc). Freed
@@ -64,7 +64,7 @@ void __tsan_release(void *addr);
 #define LARGE_REFILL_MIN ((size_t)16 << 20)     /* a miss for a short span maps at least this */
 #define LARGE_REFILL_MAX ((size_t)LARGE_BUCKETS << SS_SHIFT) /* the rest fits a bucket */
 #define LARGE_LIMIT ((size_t)1 << REG_ADDR_BITS) /* larger requests: Threshold */
-#define LARGE_SHRINK_MOVE ((size_t)64 << 10)     /* realloc to this or less moves a block into the Pool */
+#define LARGE_SHRINK_MOVE ((size_t)64 << 10)     /* realloc to this or less moves a block into the pool */
 
 /* SPAN_PURGING: out of the cache while a purge step gives its pages back. */
 enum { SPAN_NONE = 0, SPAN_USED = 1, SPAN_CACHED = 2, SPAN_PURGING = 3 };
@@ -511,7 +511,7 @@ static void cache_decay(uint64_t now) {
  * extent fits a block of `need` bytes best: the least dirty one covering
  * it, else the dirtiest. A span keeps every page any block touched in it,
  * so handing the dirtiest spans to the largest blocks keeps the resident
- * pages close to what the live blocks need (bench_soak). */
+ * pages close to what the live blocks need. */
 static span_t *bucket_find(const bucket_t *b, size_t align, size_t need) {
   span_t *best = NULL;
   unsigned n = 0;
@@ -721,8 +721,7 @@ static void count_block(int sign, const void *p) {
  * keep their size pack well. Every PACK_WINDOW large allocations up to
  * HM_PACK_MAX, the next window takes spans if there were more than one
  * realloc for PACK_GROW_RATIO of them that kept a block of up to 2 MiB in
- * the lane (bench_mid_large: about 1 in 2, its reallocs grow blocks;
- * bench_soak: about 1 in 1000). */
+ * the lane (docs/DESIGN.md, "Large lane"). */
 #define PACK_WINDOW 256u
 #define PACK_GROW_RATIO 8u
 static _Atomic uint32_t window_allocs, window_grows;
@@ -1020,8 +1019,8 @@ static void *large_grow(span_t *s, size_t n, size_t len) {
 
 static void *large_realloc(void *p, size_t n);
 
-/* Far below the lane: move to the Pool (at most LARGE_SHRINK_MOVE bytes
- * copied) and free the large block; keep it in place if the Pool has no
+/* Far below the lane: move to the pool (at most LARGE_SHRINK_MOVE bytes
+ * copied) and free the large block; keep it in place if the pool has no
  * memory. */
 static void *shrink_to_pool(void *p, size_t n) {
   int saved = errno;
@@ -1067,9 +1066,8 @@ static void *pack_move_out(void *p, size_t old, size_t n) {
  * are resized often (the window above), to a span of its own, where it
  * can grow again without a copy (in place, into cached neighbours, or by
  * mremap); its pages are moved, not copied, where the OS can
- * (pack_move_out): bench_mid_large, whose blocks grow 1.25-2x at a time,
- * ran at 204k ops/s with copies to other packs, 550k with spans before
- * the packs. */
+ * (pack_move_out): copies from pack to pack cost programs that grow their
+ * blocks most of their time (docs/DESIGN.md, "Large lane"). */
 static void *pack_realloc(void *p, size_t n) {
   size_t old = hm_pack_usable(p);
   if (old == 0) hm_fatal("invalid realloc", p, "not the start of a large block");
@@ -1082,9 +1080,7 @@ static void *pack_realloc(void *p, size_t n) {
   }
   if (n > LARGE_LIMIT - HM_PAGE_SIZE) return fail("Threshold", n, 0, ENOMEM);
   /* While blocks are packed (few reallocs in the lane), another pack: a
-   * span reused for blocks of many sizes keeps the pages of the largest
-   * (bench_soak's RSS rose 17% from 12-21 s to 51-60 s with these moves
-   * going to spans) */
+   * span reused for blocks of many sizes keeps the pages of the largest. */
   void *q = NULL;
   if (n <= HM_PACK_MAX && !atomic_load_explicit(&window_spans, memory_order_relaxed) &&
       (q = hm_pack_alloc(n, false)) != NULL)
@@ -1108,7 +1104,7 @@ void *hm_large_realloc(void *p, size_t n) {
   if (packed(p)) return pack_realloc(p, n);
   void *q = large_realloc(p, n);
 #ifdef HAKMEM_SECURE
-  /* a span cut, grown or moved has no guard page yet (q may be in the Pool) */
+  /* a span cut, grown or moved has no guard page yet (q may be in the pool) */
   span_t *s = span_at(q != NULL ? q : p, SPAN_USED);
   if (s != NULL) guard_on(s);
 #endif
@@ -1120,8 +1116,7 @@ static void *large_realloc(void *p, size_t n) {
   if (s == NULL) hm_fatal("invalid realloc", p, "not the start of a large block");
   /* Down to LARGE_SHRINK_MOVE, a block stays in (the first chunk of) its
    * span: its pages are resident already, where a copy would touch as many
-   * again in a Pool block that stays resident in its slab (bench_soak:
-   * peak RSS 132.5 -> 125.9 MiB). */
+   * again in a pool block that stays resident in its slab. */
   if (n <= LARGE_SHRINK_MOVE) return shrink_to_pool(p, n);
   if (n > LARGE_LIMIT - HM_PAGE_SIZE - HM_GUARD_SIZE) return fail("Threshold", n, 0, ENOMEM);
   size_t len = span_len_for(n + HM_GUARD_SIZE);

@@ -1,10 +1,10 @@
-/* Packed large blocks: blocks above the Pool limit up to PACK_MAX, several
+/* Packed large blocks: blocks above the pool limit up to PACK_MAX, several
  * to a 2 MiB chunk at page granularity, so that the large lane's resident
  * memory follows its live blocks instead of costing a 2 MiB span each
  * (docs/DESIGN.md, "Large lane").
  *
  * A pack is one 2 MiB-aligned chunk taken from the large lane's span cache
- * (ace.c) and marked REG_LARGE_PACK in the registry. Its first page is the
+ * (large.c) and marked REG_LARGE_PACK in the registry. Its first page is the
  * header (below); blocks take runs of the other 511 pages. Allocation takes
  * the lowest pack with a long enough free run, and in it the shortest such
  * run (free runs coalesce by construction: they are the clear bits of
@@ -364,11 +364,11 @@ void *hm_pack_alloc(size_t n, bool zero) {
       char *b = page_addr(p, s);
       if (zero && !clean) memset(b, 0, n);
 #ifndef HAKMEM_NO_CHECKS
-      /* A block's second word is where Pool blocks hold the free tag, and
+      /* A block's second word is where pool blocks hold the free tag, and
        * the pages of a pack are reused at any page: stale contents (a
-       * Pool block copied here whole by realloc, tags of freed blocks
-       * inside it) must not reach a Pool block's second word when
-       * realloc moves this one into the Pool. Clean pages read zero. */
+       * pool block copied here whole by realloc, tags of freed blocks
+       * inside it) must not reach a pool block's second word when
+       * realloc moves this one into the pool. Clean pages read zero. */
       else if (!clean) ((uintptr_t *)b)[1] = 0;
 #endif
       return b;
@@ -554,12 +554,10 @@ size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t
      * troughs idle for a second now and then, and wants them again (the
      * syscall budget with blocks up to 1 MiB: madvise calls in steady
      * state otherwise). Meanwhile only packs that have held no block for
-     * EMPTY_IDLE_FACTOR times as long are given back (at 1 s, the syscall
-     * budget with blocks up to 4 MiB, run slowly by the debug build under
-     * load, saw a madvise now and then): busy blocks crowd into the low packs, so
-     * the high ones empty out after a peak of the working set
-     * (bench_soak: otherwise each new peak left a pack's worth of pages
-     * resident for good). */
+     * EMPTY_IDLE_FACTOR times as long are given back (the syscall budget):
+     * busy blocks crowd into the low packs, so the high ones empty out after
+     * a peak of the working set (otherwise each new peak left a pack's
+     * worth of pages resident for good). */
     uint64_t empty_idle = 0;
     if (min_idle_ns != 0 && last_alloc_ns + min_idle_ns > now) {
       if (last_alloc_ns + min_idle_ns < *next_due && npacks != 0) *next_due = last_alloc_ns + min_idle_ns;

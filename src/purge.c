@@ -94,11 +94,9 @@ static size_t purge_step(uint64_t now, uint64_t delay_ns, size_t budget) {
   size_t bytes = 0;
   if (hm_purge_mode == PURGE_LAZY) {
     /* Only once unused memory exceeds twice the reserve, and then down to
-     * the reserve, over as many steps as that takes (draining): the Pool's
-     * empty SuperSlabs come and go by a few MiB in steady state (the
-     * syscall budget with blocks up to 1 MiB, packed: unused 7-8.4 MiB
-     * against a reserve of 6.4), which a bound of one reserve turned into
-     * madvise calls now and then. */
+     * the reserve, over as many steps as that takes (draining): the pool's
+     * empty SuperSlabs come and go by a few MiB in steady state, which a
+     * bound of one reserve turned into madvise calls now and then. */
     static bool draining; /* (purge_lock) */
     size_t unused = hm_purge_unused_resident(), keep = reserve();
     if (unused > 2 * keep) draining = true;

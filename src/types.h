@@ -45,9 +45,9 @@
 #define SS_MAX_SLABS 32
 #define HM_PAGE_SIZE 4096
 
-#define DIRECT_MAX 1024                     /* Tiny lane: <= 1 KiB */
+#define DIRECT_MAX 1024                   /* direct sizes: malloc indexes heap->direct[] */
 /* The Pool limit: the largest size served from slabs; above it, the large
- * lane (ace.c). Chosen by measurement (docs/DESIGN.md); 18, 19 or 20. */
+ * lane (large.c). Chosen by measurement (docs/DESIGN.md, "The pool limit"); 18, 19 or 20. */
 #ifndef HM_POOL_SHIFT
 #define HM_POOL_SHIFT 18
 #endif
@@ -157,8 +157,8 @@ typedef struct slab {
 _Static_assert(sizeof(slab_t) == 64, "slab descriptor is one cache line");
 #else
 /* Secure mode: two lines. The first holds all that malloc and free read
- * (with the key, at the end it cost a second line per call: a D1 miss more
- * per four calls at ws 40,000), the block check's multiplier and limit as
+ * (the key included: at the end of the descriptor it cost a second line
+ * per call), the block check's multiplier and limit as
  * in the default layout. The second holds what only slow paths and other
  * threads' frees touch: the remote list (remote frees thus stay off the
  * owner's line) and the avail links. */
@@ -189,7 +189,7 @@ _Static_assert(offsetof(slab_t, remote) == 64, "secure: malloc and free read the
 /* What free needs to know of a slab, apart from the descriptor the owner
  * writes on every malloc and free: a thread freeing another's block reads
  * only this, so it does not take the owner's descriptor line away from it
- * (that cost bench_xthread a quarter of its time). Written by the owner
+ * (docs/DESIGN.md, "Threads"). Written by the owner
  * when the slab is set up and as it carves. */
 typedef struct {
   uint64_t div_mul;            /* checks: the block check's multiplier (hm_slab_holds) */
@@ -294,11 +294,9 @@ HM_INLINE _Atomic uintptr_t *hm_slab_remote(const slab_t *s) {
 #endif
 }
 
-/* ---- statistics (src/stats.c) ------------------------------------------ */
-/* The lanes of the report: tiny (classes up to 1 KiB), mid (the other slab
- * classes), large. Always counted, on slow paths only: bytes carved into
- * blocks and bytes of blocks given back with their emptied slab, per slab
- * lane; the large lane's blocks. */
+/* ---- statistics (src/counters.c, src/stats.c) -------------------------- */
+/* The rows of the report: the pool's direct sizes (classes up to
+ * DIRECT_MAX), the rest of the pool, the large lane (counters.c). */
 enum { HM_LANE_DIRECT = 0, HM_LANE_POOL = 1, HM_LANE_LARGE = 2, HM_LANES = 3 };
 
 /* -DHAKMEM_STATS (cmake -DHAKMEM_STATS=ON): the fast paths count too, into
@@ -335,7 +333,7 @@ HM_INLINE void hm_stat_add(uint64_t *c, uint64_t n) {
 /* ---- thread heaps ------------------------------------------------------ */
 typedef struct heap {
   /* cur[] of the class of each 16-byte granule up to DIRECT_MAX: malloc of a
-   * tiny size indexes it directly, without the class lookup. */
+   * direct size indexes it directly, without the class lookup. */
   slab_t *direct[DIRECT_MAX / 16 + 1];
   slab_t *cur[NUM_CLASSES];        /* slab serving allocations (never NULL) */
   slab_t *avail[NUM_CLASSES];      /* other slabs of the class with free blocks */
