@@ -316,7 +316,7 @@ HM_HIDDEN void hm_free_slow(void *p);
 
 /* init.c: start-up on the first allocation. hm_ensure_init is the one
  * call that goes up without a hook: the slow paths of every layer start
- * the process on first use (docs/DESIGN.md, "Start-up"). */
+ * the process on first use (docs/DESIGN.md, "Start-up, fork, options and statistics"). */
 extern HM_HIDDEN _Atomic int hm_init_state; /* 0 none, 1 running, 2 done */
 HM_HIDDEN void hm_init_slow(void);
 HM_INLINE void hm_ensure_init(void) {

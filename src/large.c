@@ -33,11 +33,12 @@
  * it best, and hm_large_purge gives back the pages of spans left idle (the
  * purger), keeping them mapped; hm_large_release unmaps them (malloc_trim,
  * out-of-memory).
- * docs/DESIGN.md has the measurements behind the constants.
+ * docs/DESIGN.md, "Large lane", has the design; docs/PERFORMANCE.md the
+ * measurements behind the constants.
  *
- * Locking: one mutex, a leaf lock: no OS call that can take the backend's
- * lock (hm_os_map, hm_meta_alloc) is made while holding it, because the
- * backend's out-of-memory retry calls hm_large_release. munmap is done after
+ * Locking: one mutex, a leaf lock: no call that can take the backend's
+ * lock (hm_backend_map_span, hm_meta_alloc) is made while holding it,
+ * because the backend's out-of-memory hook calls hm_large_release. munmap is done after
  * unlocking, from a list of spans already taken out of the registry. */
 #include <pthread.h>
 #include <stdint.h>

@@ -47,7 +47,7 @@
 
 #define DIRECT_MAX 1024                   /* direct sizes: malloc indexes heap->direct[] */
 /* The Pool limit: the largest size served from slabs; above it, the large
- * lane (large.c). Chosen by measurement (docs/DESIGN.md, "The pool limit"); 18, 19 or 20. */
+ * lane (large.c). Chosen by measurement (docs/DESIGN.md, "Size classes and the pool limit"); 18, 19 or 20. */
 #ifndef HM_POOL_SHIFT
 #define HM_POOL_SHIFT 18
 #endif
