@@ -1,6 +1,6 @@
 /* Misuse detection: invalid and double frees (docs/SECURITY.md).
  *
- * The fast path of free (internal.h, hm_block_mark_free) only checks that p
+ * The fast path of free (block.h, hm_block_mark_free) only checks that p
  * is a carved block boundary of its slab and that the block's second word
  * does not hold the free tag. Whatever fails that comes here, as do realloc
  * and malloc_usable_size, which check the same before using a block:
@@ -10,7 +10,7 @@
  *     and only for slabs none of whose blocks went into another thread's
  *     foreign cache, which the scan cannot see: no other thread may walk
  *     those lists; otherwise the tag decides: a program cannot hold it by
- *     chance, internal.h has why).
+ *     chance, block.h has why).
  * Reports go through error.c's hm_report_*: abort, or print and leave the
  * block alone under HAKMEM_ON_ERROR=warn. */
 #include "heap.h"

@@ -1,4 +1,4 @@
-/* Size-class tables (generated once by the formula in internal.h's
+/* Size-class tables (generated once by the formula in types.h's
  * hm_size_class).
  *
  * Classes: 16-byte steps up to 256 B, then eight per power of two up to

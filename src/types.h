@@ -299,7 +299,7 @@ HM_INLINE _Atomic uintptr_t *hm_slab_remote(const slab_t *s) {
  * DIRECT_MAX), the rest of the pool, the large lane (counters.c). */
 enum { HM_LANE_DIRECT = 0, HM_LANE_POOL = 1, HM_LANE_LARGE = 2, HM_LANES = 3 };
 
-/* -DHAKMEM_STATS (cmake -DHAKMEM_STATS=ON): the fast paths count too, into
+/* -DHAKMEM_FAST_COUNTERS (cmake -DHAKMEM_FAST_COUNTERS=ON): the fast paths count too, into
  * their heap (owner-written, read by the report with relaxed loads; a heap
  * keeps its counts when an exited thread's heap is reused). Otherwise
  * HM_STAT_* compile to nothing. */
