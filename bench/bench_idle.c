@@ -180,7 +180,7 @@ int main(int argc, char **argv) {
     close(down[1]);
     to_parent = up[1];
     from_parent = down[0];
-    child(mode, mib * MiB, secs);
+    child(mode, mib * MiB, secs + 1); /* (outlives the parent's last look, which kills it) */
     _exit(0);
   }
   close(up[1]);
