@@ -836,6 +836,14 @@ size_t hm_large_usable(const void *p) {
   return s != NULL ? s->len - HM_GUARD_SIZE : 0;
 }
 
+/* malloc_usable_size's fast path (usable.h): no lock. A live block's
+ * descriptor (or pack page) changes only by its owner's calls. */
+size_t hm_large_usable_live(const void *p, unsigned kind) {
+  if (kind == REG_LARGE_PACK) return hm_pack_usable_live(p);
+  span_t *s = kind == REG_LARGE_HEAD ? slot(chunk_of(p)) : NULL;
+  return s != NULL && s->state == SPAN_USED && s->base == p ? s->len - HM_GUARD_SIZE : 0;
+}
+
 bool hm_large_is_freed(const void *p) {
   if (packed(p)) return hm_pack_is_freed(p);
   pthread_mutex_lock(&large_lock);
