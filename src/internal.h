@@ -66,6 +66,8 @@ HM_HIDDEN void *hm_os_remap(void *p, size_t old_len, size_t new_len, bool may_mo
  * and empty (it reads zeros); NULL if the OS refused (MREMAP_DONTUNMAP,
  * Linux 5.7). */
 HM_HIDDEN void *hm_os_move_pages(void *p, size_t len);
+/* Move [p, p+len) over [dst, dst+len), replacing that mapping (MREMAP_FIXED). */
+HM_HIDDEN bool hm_os_move_over(void *p, size_t len, void *dst);
 /* Bytes given back with madvise and not yet reused (part of committed). */
 HM_HIDDEN void hm_os_purged_add(size_t bytes);
 HM_HIDDEN void hm_os_purged_sub(size_t bytes);
