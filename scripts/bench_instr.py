@@ -38,6 +38,10 @@ import bench  # noqa: E402  (allocator discovery shared with the runner)
 REPO = bench.REPO
 BASELINE = "mimalloc"
 TRIVIAL = "trivial"
+# The library each allocator's code must come from in a profile.
+EXPECT_OBJECT = {"glibc": "libc.so", "hakmem": "libhakmem", "hakmem-libc": "libhakmem",
+                 "mimalloc": "libmimalloc", "jemalloc": "libjemalloc", "tcmalloc": "libtcmalloc",
+                 "mimalloc-v2": "libmimalloc", "mimalloc-v3": "libmimalloc", "snmalloc": "libsnmallocshim"}
 
 
 def log(msg=""):
@@ -151,8 +155,7 @@ def main():
                 log("[%2d/%d] %-12s ws %-6d %.1f Ir/op" % (done, len(jobs), n, ws, ir / r["ops"]))
 
     # Check that the intended allocator's code was the one measured.
-    expect = {"glibc": "libc.so", "hakmem": "libhakmem", "hakmem-libc": "libhakmem",
-              "mimalloc": "libmimalloc", "jemalloc": "libjemalloc", "tcmalloc": "libtcmalloc"}
+    expect = EXPECT_OBJECT
     warnings = []
     for n in names:
         for ws, r in results[n].items():
