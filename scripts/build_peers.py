@@ -92,7 +92,15 @@ def peer_version(name, src):
         except OSError:
             pass
         return "mimalloc (version unknown)"
-    return "snmalloc (upstream/ of snmalloc-sys %s)" % CRATES["snmalloc-sys"]
+    # snmalloc states no version in its sources: name the crate and the
+    # snmalloc-rs commit it was packaged from (its upstream/ is a submodule there).
+    sha = ""
+    try:
+        with open(os.path.join(src, "..", ".cargo_vcs_info.json")) as f:
+            sha = json.load(f).get("git", {}).get("sha1", "")[:12]
+    except (OSError, ValueError):
+        pass
+    return "snmalloc of snmalloc-sys %s%s" % (CRATES["snmalloc-sys"], " (snmalloc-rs %s)" % sha if sha else "")
 
 
 def build_peer(name, crate_dir, root, jobs):
