@@ -338,6 +338,7 @@ def run_once(cmd, env_add, timeout):
         stdout = out.read().decode(errors="replace")
         stderr = err.read().decode(errors="replace")
     res = {"wall": wall, "maxrss_kb": rusage.ru_maxrss if rusage else None,
+           "minflt": rusage.ru_minflt if rusage else None,
            "stdout_tail": stdout[-2000:], "stderr_tail": stderr[-1000:]}
     if timed_out:
         res.update(ok=False, error="timeout after %gs" % timeout)
@@ -435,6 +436,9 @@ def summarize(runs):
     if rss:
         s["peak_rss_mb"] = max(rss) / 1024.0
         s["median_rss_mb"] = statistics.median(rss) / 1024.0
+    flt = [r["minflt"] for r in runs if r.get("ok") and r.get("minflt") is not None]
+    if flt:
+        s["minflt"] = statistics.median(flt)  # page faults: exact where time is noisy
     extras = {}
     for k in EXTRA_KEYS:
         v = [r["values"][k] for r in runs if r.get("ok") and k in r.get("values", {})]
@@ -497,7 +501,8 @@ def print_tables(results, bench_names, alloc_names):
 
     log("")
     log("Details per benchmark and allocator")
-    hdr = ["benchmark", "allocator", "median", "min", "max", "cv%", "x" + BASELINE, "peakRSS_MB"] + STRACE_SYSCALLS
+    hdr = ["benchmark", "allocator", "median", "min", "max", "cv%", "x" + BASELINE, "peakRSS_MB",
+           "minflt"] + STRACE_SYSCALLS
     rows = []
     for b in bench_names:
         for a in alloc_names:
@@ -506,12 +511,14 @@ def print_tables(results, bench_names, alloc_names):
                 continue
             sc = s.get("syscalls") or {}
             if s["status"] != "ok" and "median" not in s:
-                row = [b, a, "FAIL", "-", "-", "-", "-", "%.1f" % s["peak_rss_mb"] if "peak_rss_mb" in s else "-"]
+                row = [b, a, "FAIL", "-", "-", "-", "-", "%.1f" % s["peak_rss_mb"] if "peak_rss_mb" in s else "-",
+                       "-"]
             else:
                 row = [b, a, ("FAIL " if s["status"] != "ok" else "") + fmt_ops(s["median"]), fmt_ops(s["min"]),
                        fmt_ops(s["max"]), "%.1f" % s["cv_pct"],
                        "%.2f" % s["ratio"] if s.get("ratio") is not None else "-",
-                       "%.1f" % s["peak_rss_mb"] if "peak_rss_mb" in s else "-"]
+                       "%.1f" % s["peak_rss_mb"] if "peak_rss_mb" in s else "-",
+                       "%.0f" % s["minflt"] if s.get("minflt") is not None else "-"]
             row += [str(sc[k]) if k in sc else "-" for k in STRACE_SYSCALLS]
             rows.append(row)
     table(hdr, rows)
@@ -631,6 +638,9 @@ def write_markdown(path, data):
     table("Coefficient of variation of ops/s over the runs (%):", number_cell("cv_pct"))
     out.append("")
     table("Peak RSS in MiB (ru_maxrss, largest over the runs):", number_cell("peak_rss_mb"))
+    out.append("")
+    table("Minor page faults (ru_minflt, median over the runs):",
+          lambda s: "%.0f" % s["minflt"] if s and s.get("minflt") is not None else "-")
     out.append("")
     table("System calls in one `strace -f -c` run (mmap / munmap / madvise / mremap / brk):", syscall_cell)
     soak = results.get("soak")
