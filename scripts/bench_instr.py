@@ -64,6 +64,9 @@ def callgrind(binary, args, env_add, cache_sim, timeout):
         out = r.stdout.decode(errors="replace")
         err = r.stderr.decode(errors="replace")
         if r.returncode != 0:
+            if "Failed to initialise snmalloc" in err:
+                return {"error": "snmalloc does not start under valgrind (it reserves its page map's address "
+                                 "space at start-up, and valgrind refuses the mapping)"}
             return {"error": "exit status %d: %s" % (r.returncode, err.strip()[-400:])}
         m = re.search(r"^ops:\s*(\d+)", out, re.M)
         if not m:

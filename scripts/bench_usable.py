@@ -62,9 +62,6 @@ def main():
             name, calls = futs[f]
             r = f.result()
             prof[(name, calls)] = r
-            if "error" in r and name == "snmalloc" and "libsnmallocshim" in r["error"]:
-                r["error"] = "snmalloc does not start under valgrind (it reserves its page map's address space " \
-                             "at start-up, and valgrind refuses the mapping)"
             if "error" in r:
                 log("%-12s calls=%d FAIL: %s" % (name, calls, r["error"]))
             else:
