@@ -20,9 +20,10 @@ a peer that cannot be built is left out with a note.  Their exact versions,
 and the Debian packages' versions, are recorded in the results.
 
 Runs are interleaved (A B C ... A B C ...) RUNS times.  Reports median, min,
-max and coefficient of variation of ops/s, the ratio to mimalloc, peak RSS
-(ru_maxrss from wait4) and, from one extra `strace -f -c` run per allocator,
-the mmap/munmap/madvise/mremap/brk counts.  Writes results/latest.csv,
+max and coefficient of variation of ops/s, the ratio to mimalloc, hakmem's
+ratio to the best other allocator, peak RSS and minor page faults
+(ru_maxrss, ru_minflt from wait4) and, from one extra `strace -f -c` run per
+allocator, the mmap/munmap/madvise/mremap/brk counts.  Writes results/latest.csv,
 results/latest.json and results/bench.png (copied to docs/bench.png after a
 full, non-quick run over all benchmarks).
 
