@@ -6,11 +6,12 @@
  * lifetime ends in that round, then allocates PER_ROUND blocks (default 64)
  * and gives each a lifetime of 1..63 rounds: half live 1 round (freed at
  * once in the next round, in allocation order), the rest a geometric number
- * of rounds (mean about 8, capped at 63).  Sizes are mixed: 70% 8-64
- * bytes, 20% 65-512, 9% 513-4096, 1% 4097-65536.  Blocks are written
- * (first and last byte) and checked when freed.  No block crosses threads,
- * and each thread's sequence depends only on the seed and its number, so
- * the checksum is the same under every allocator.
+ * of rounds (mean about 8, capped at 63).  Sizes are mixed: 70% 16-64
+ * bytes (a block holds its list link, size and a tag in its first 16),
+ * 20% 65-512, 9% 513-4096, 1% 4097-65536.  The tag's low byte is also
+ * written to the block's last byte and checked when it is freed.  No block
+ * crosses threads, and each thread's sequence depends only on the seed and
+ * its number, so the checksum is the same under every allocator.
  *
  * Each malloc and each free is one operation.  Output: ops/s:.
  */
@@ -39,7 +40,7 @@ static pthread_barrier_t start_barrier;
 static size_t draw_size(rng_t *r) {
   uint32_t c = rng_below(r, 100);
   if (c < 70)
-    return rng_range(r, 8 > sizeof(node) ? 8 : sizeof(node), 64);
+    return rng_range(r, sizeof(node), 64);
   if (c < 90)
     return rng_range(r, 65, 512);
   if (c < 99)
