@@ -86,14 +86,14 @@ BENCHMARKS = [
     ("large_churn", "bench_large_churn", ["2000"], ["300"], True),
     ("prodcons", "bench_prodcons", ["5"], ["1"], False),
     ("thread_ws", "bench_thread_ws", ["2"], ["0.5"], False),
-    ("shbench", "bench_shbench", ["2", "40000", "64", "42"], ["2", "8000", "64", "42"], True),
+    ("shbench", "bench_shbench", ["2", "100000", "64", "42"], ["2", "20000", "64", "42"], True),
 ]
 
 # Rough seconds per run (full, quick), only used to estimate the time left.
 EXPECTED_SECS = {"bench_random_mixed": (0.6, 0.08), "bench_tiny": (0.8, 0.12), "larson": (1.05, 0.3),
                  "bench_xthread": (0.8, 0.15), "bench_mid_large": (1.2, 0.25), "bench_soak": (4.1, 1.25), "bench_frag": (1.5, 0.4),
                  "bench_large_churn": (5.0, 0.8), "bench_prodcons": (5.0, 1.0), "bench_thread_ws": (2.0, 0.5),
-                 "bench_shbench": (0.5, 0.1)}
+                 "bench_shbench": (0.6, 0.15)}
 STRACE_FACTOR = 1.3  # a strace run is a little slower
 # Benchmarks whose slowest allocators need more than --timeout (a multiple of it).
 TIMEOUT_SCALE = {"large_churn": 4}
