@@ -86,7 +86,7 @@ BENCHMARKS = [
     ("large_churn", "bench_large_churn", ["2000"], ["300"], True),
     ("prodcons", "bench_prodcons", ["5"], ["1"], False),
     ("thread_ws", "bench_thread_ws", ["2"], ["0.5"], False),
-    ("shbench", "bench_shbench", ["2", "100000", "64", "42"], ["2", "20000", "64", "42"], True),
+    ("shbench", "bench_shbench", ["2", "60000", "64", "42"], ["2", "20000", "64", "42"], True),
 ]
 
 # Rough seconds per run (full, quick), only used to estimate the time left.
