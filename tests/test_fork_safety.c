@@ -172,7 +172,7 @@ static void scenario_signal(void *unused) {
   ev.sigev_signo = SIGUSR1;
   timer_t tm;
   if (timer_create(CLOCK_MONOTONIC, &ev, &tm)) FAILF("timer_create: %s", strerror(errno));
-  struct itimerspec it = {{0, 200 * 1000}, {0, 200 * 1000}};
+  struct itimerspec it = {{0, 1000 * 1000}, {0, 1000 * 1000}}; /* slower than fork + wait: the main loop goes on */
   if (timer_settime(tm, 0, &it, NULL)) FAILF("timer_settime");
   if (!__libc_single_threaded) FAILF("timer_create started a thread");
   tc_rng r = {42};
