@@ -44,7 +44,7 @@ static _Atomic long n_alloc, n_free, n_handed, n_threads;
 static blk_t *make(uint64_t *rs) {
   tc_rng r = {*rs};
   uint64_t c = tc_below(&r, 1000);
-  size_t n = HDR + (c < 850 ? tc_below(&r, 1024) : c < 990 ? tc_below(&r, 120000) : 262144 + tc_below(&r, 1 << 20));
+  size_t n = HDR + (c < 850 ? tc_below(&r, 1024) : c < 997 ? tc_below(&r, 65536) : 262144 + tc_below(&r, 1 << 19));
   blk_t *b = (c % 7 == 0) ? calloc(1, n) : malloc(n);
   if (b == NULL) FAILF("malloc(%zu) failed", n);
   if (c % 7 == 0 && tc_find_not((char *)b + HDR, n - HDR < 4096 ? n - HDR : 4096, 0) != (size_t)-1)
