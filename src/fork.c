@@ -1,6 +1,7 @@
 /* fork: which locks are held across it, and in which order against libc's
  * own fork-time locks (docs/DESIGN.md, "Fork"). */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "internal.h"
@@ -22,10 +23,11 @@ extern void _IO_list_unlock(void) __attribute__((weak));
 extern void _IO_list_resetlock(void) __attribute__((weak));
 
 /* Whether this fork's prepare handler took the locks. Forks of a
- * multi-threaded process are serialised by libc (its atfork lock); in a
- * single-threaded one a nested fork (from a signal handler) sets it false
- * again, as the outer one did. */
-static bool held;
+ * multi-threaded process are serialised by libc (its atfork lock, which
+ * ThreadSanitizer does not see: hence an atomic); in a single-threaded one
+ * a nested fork (from a signal handler) sets it false again, as the outer
+ * one did. */
+static _Atomic bool held;
 
 static void fork_prepare(void) {
   /* Single-threaded: no other thread can hold a lock; this one may (a

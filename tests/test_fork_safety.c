@@ -290,10 +290,14 @@ static void fork_child(unsigned f) {
     box_free(v[k]);
     v[k] = box_make(&r);
   }
+#ifndef USE_HAK_NAMES /* (TSan's runtime does not support threads in such a child) */
   pthread_t t[2];
   for (uintptr_t i = 0; i < 2; i++)
     if (pthread_create(&t[i], NULL, child_thread, (void *)(i + 1))) FAILF("child: pthread_create");
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+#else
+  child_thread((void *)1);
+#endif
   for (int k = 0; k < 256; k++) box_free(v[k]);
   _exit(0);
 }
