@@ -3,7 +3,8 @@
  *
  *   stdio    one thread forks in a loop (the child _exits), one calls
  *            fflush(NULL) in a loop, one reads lines with getline (which
- *            reallocs its buffer under the FILE's lock)
+ *            reallocs its buffer under the FILE's lock), one opens, writes
+ *            and closes files
  *   signal   a single-threaded process whose SIGUSR1 handler forks, while
  *            the main loop forks and allocates; a timer sends SIGUSR1
  *   threads  several threads fork while others allocate and free across
@@ -60,6 +61,20 @@ static void *stdio_forker(void *arg) {
     }
     if (p == 0) _exit(0);
     reap(p, "stdio fork");
+    ++*n;
+  }
+  return NULL;
+}
+
+/* FILEs come and go: fopen links one into the list, its first write
+ * allocates its buffer under its lock, fclose unlinks and frees it. */
+static void *stdio_opener(void *arg) {
+  long *n = arg;
+  while (!atomic_load(&stop)) {
+    FILE *f = fopen("/dev/null", "w");
+    if (f == NULL) FAILF("fopen /dev/null: %s", strerror(errno));
+    fprintf(f, "%ld %s\n", *n, "some text to be buffered");
+    if (fclose(f)) FAILF("fclose");
     ++*n;
   }
   return NULL;
@@ -126,17 +141,18 @@ static void *stdio_reader(void *arg) {
 
 static void scenario_stdio(void *unused) {
   (void)unused;
-  long forks = 0, flushes = 0, lines = 0;
-  pthread_t t[3];
+  long forks = 0, flushes = 0, lines = 0, opens = 0;
+  pthread_t t[4];
   if (pthread_create(&t[0], NULL, stdio_reader, &lines) || pthread_create(&t[1], NULL, stdio_flusher, &flushes) ||
-      pthread_create(&t[2], NULL, stdio_forker, &forks))
+      pthread_create(&t[2], NULL, stdio_forker, &forks) || pthread_create(&t[3], NULL, stdio_opener, &opens))
     FAILF("pthread_create");
   struct timespec d = {(time_t)run_seconds, (long)((run_seconds - (double)(time_t)run_seconds) * 1e9)};
   nanosleep(&d, NULL);
   atomic_store(&stop, 1);
-  for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
-  printf("stdio: %ld forks, %ld fflush(NULL), %ld lines read in %.1f s\n", forks, flushes, lines, run_seconds);
-  if (forks == 0 || flushes == 0 || lines == 0) FAILF("no progress");
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  printf("stdio: %ld forks, %ld fflush(NULL), %ld lines read, %ld files opened in %.1f s\n", forks, flushes, lines,
+         opens, run_seconds);
+  if (forks == 0 || flushes == 0 || lines == 0 || opens == 0) FAILF("no progress");
 }
 
 /* ---- signal ----------------------------------------------------------------- */
