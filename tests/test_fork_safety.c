@@ -4,7 +4,7 @@
  *   stdio    one thread forks in a loop (the child _exits), one calls
  *            fflush(NULL) in a loop, one reads lines with getline (which
  *            reallocs its buffer under the FILE's lock), one opens, writes
- *            and closes files
+ *            and closes files; some children use stdio and the heap
  *   signal   a single-threaded process whose SIGUSR1 handler forks, while
  *            the main loop forks and allocates; a timer sends SIGUSR1
  *   threads  several threads fork while others allocate and free across
@@ -51,6 +51,29 @@ static size_t line_len(unsigned i) { /* every lane: Tiny, Pool, large (packed an
 }
 static char line_char(unsigned i, size_t j) { return (char)('a' + (i * 7 + j) % 26); }
 
+/* Every fourth child uses stdio and the heap, from two threads, before it
+ * _exits: the list lock and hakmem's locks are usable in the child. */
+static void *stdio_child_thread(void *arg) {
+  for (int i = 0; i < 20; i++) {
+    FILE *f = fopen("/dev/null", "w");
+    if (f == NULL) _exit(3);
+    fprintf(f, "%d\n", i);
+    fclose(f);
+    free(malloc((size_t)i * 40000 + 1));
+  }
+  return arg;
+}
+static void stdio_child(void) {
+  for (int i = 0; i < 20; i++) free(malloc((size_t)i * 50000 + 1));
+  fflush(NULL);
+  pthread_t t;
+  if (pthread_create(&t, NULL, stdio_child_thread, NULL)) _exit(4);
+  stdio_child_thread(NULL);
+  pthread_join(t, NULL);
+  fflush(NULL);
+  _exit(0);
+}
+
 static void *stdio_forker(void *arg) {
   long *n = arg;
   while (!atomic_load(&stop)) {
@@ -59,6 +82,9 @@ static void *stdio_forker(void *arg) {
       if (errno == EAGAIN) continue;
       FAILF("fork: %s", strerror(errno));
     }
+#ifndef USE_HAK_NAMES /* (TSan's runtime does not support threads in such a child) */
+    if (p == 0 && *n % 4 == 0) stdio_child();
+#endif
     if (p == 0) _exit(0);
     reap(p, "stdio fork");
     ++*n;
