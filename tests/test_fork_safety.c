@@ -45,7 +45,7 @@ static void reap(pid_t pid, const char *what) {
 
 enum { NLINES = 48 };
 static FILE *text; /* opened and unlinked by main */
-static size_t line_len(unsigned i) { /* every lane: Tiny, Pool, large (packed and spans) */
+static size_t line_len(unsigned i) { /* every lane: pool (direct sizes and above), large (packed and spans) */
   static const size_t lens[] = {7, 200, 3000, 40000, 300000, 700000};
   return lens[i % 6] + i;
 }
