@@ -7,7 +7,7 @@ PREFIX ?= /usr/local
 GEN   := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
 .PHONY: all build test test-default install debug debug-test fast-counters fast-counters-test stats stats-test options-doc bench bench-quick \
-        bench-instr bench-usable bench-redis bench-peers bench-checks clean secure secure-test tsan tsan-test fuzz fuzz-run nochecks soak-test
+        bench-instr bench-usable bench-redis bench-peers bench-checks clean secure secure-test tsan tsan-test fuzz fuzz-run fuzz-test nochecks soak-test
 
 all: build
 
@@ -19,8 +19,9 @@ build: $(BUILD)/.configured
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The whole suite in the default build, the secure build and the
-# ThreadSanitizer build (docs/SECURITY.md).
-test: test-default secure-test tsan-test
+# ThreadSanitizer build, then the libFuzzer harness for FUZZ_CI_SECONDS
+# (docs/SECURITY.md; needs clang, which .ci/run installs).
+test: test-default secure-test tsan-test fuzz-test
 
 test-default: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE soak $(CTEST_ARGS)
@@ -54,6 +55,15 @@ fuzz:
 fuzz-run: fuzz
 	mkdir -p build-fuzz/corpus
 	build-fuzz/fuzz_api -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 build-fuzz/corpus
+
+# `make test`'s short run: a fresh corpus each time, a fixed seed; the log
+# in build-fuzz/ci.log, printed whole on a finding.
+FUZZ_CI_SECONDS ?= 45
+fuzz-test: fuzz
+	rm -rf build-fuzz/ci-corpus && mkdir -p build-fuzz/ci-corpus
+	build-fuzz/fuzz_api -seed=1 -max_total_time=$(FUZZ_CI_SECONDS) -rss_limit_mb=4096 \
+	  -print_final_stats=1 build-fuzz/ci-corpus > build-fuzz/ci.log 2>&1 || { cat build-fuzz/ci.log; exit 1; }
+	@grep -E '^Done|^stat::(average_exec|new_units)' build-fuzz/ci.log
 
 # The default build without the misuse checks on the fast paths, only to
 # measure what they cost (docs/SECURITY.md).

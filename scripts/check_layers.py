@@ -22,7 +22,7 @@ LAYERS = [
     ("SuperSlabs", ["slabpurge", "backend"]),
     ("lanes", ["heap", "big", "pack", "large"]),
     ("services", ["misuse", "purge", "stats"]),
-    ("API", ["alloc", "override", "new_delete", "init"]),
+    ("API", ["alloc", "override", "new_delete", "fork", "init"]),
 ]
 ALLOWED_UP = {"hm_init_slow", "hm_init_state", "hak_debug_build"}
 

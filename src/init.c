@@ -1,4 +1,4 @@
-/* Process start-up: options, the thread-exit key, fork handlers.
+/* Process start-up: options, the thread-exit key, fork handlers (src/fork.c).
  *
  * Runs on the first allocation (which under LD_PRELOAD may come from the
  * loader or libc before main), so it must not allocate before it marks the
@@ -10,25 +10,6 @@
 #include "internal.h"
 
 _Atomic int hm_init_state;
-
-static void fork_prepare(void) {
-  hm_purge_fork_prepare();
-  hm_heap_fork_prepare();
-  hm_backend_fork_prepare();
-  hm_large_fork_prepare(); /* after the backend's: its OOM hook takes the lane's lock */
-}
-static void fork_parent(void) {
-  hm_large_fork_parent();
-  hm_backend_fork_parent();
-  hm_heap_fork_parent();
-  hm_purge_fork_parent();
-}
-static void fork_child(void) {
-  hm_large_fork_child();
-  hm_backend_fork_child();
-  hm_heap_fork_child();
-  hm_purge_fork_child();
-}
 
 void hm_init_slow(void) {
   int expected = 0;
@@ -45,7 +26,7 @@ void hm_init_slow(void) {
     hm_heap_process_init();
     hm_big_init();
     atomic_store_explicit(&hm_init_state, 2, memory_order_release);
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    hm_fork_init(); /* pthread_atfork: src/fork.c */
     return;
   }
   while (atomic_load_explicit(&hm_init_state, memory_order_acquire) != 2) sched_yield();

@@ -345,6 +345,9 @@ HM_HIDDEN void hm_malloc_stats(void);
 /* alloc.c */
 HM_HIDDEN void hm_free_slow(void *p);
 
+/* fork.c: the fork handlers (docs/DESIGN.md, "Fork") */
+HM_HIDDEN void hm_fork_init(void);
+
 /* init.c: start-up on the first allocation. hm_ensure_init is the one
  * call that goes up without a hook: the slow paths of every layer start
  * the process on first use (docs/DESIGN.md, "Start-up, fork, options and statistics"). */
