@@ -247,6 +247,9 @@ static void scenario_signal(void *unused) {
     if (p == 0) _exit(0);
     reap(p, "signal: main loop's fork");
     forks++;
+    /* glibc's fork is async-signal-safe only while the process has never had
+     * a second thread: hakmem's purger is one (docs/DESIGN.md, "Fork") */
+    if (!__libc_single_threaded) FAILF("signal: the process became multi-threaded (HAKMEM_BG_PURGE=off keeps it single)");
   }
   handler_stop = 1;
   struct itimerspec off = {{0, 0}, {0, 0}};
