@@ -1,0 +1,31 @@
+# `make deb`: one Debian package "hakmem" (CPack's DEB generator) with what
+# `cmake --install` puts under /usr: the library and its soname link, the
+# static library, the header, the pkg-config and CMake files, the launcher
+# and its helper. The tree must be configured with CMAKE_INSTALL_PREFIX=/usr
+# so that GNUInstallDirs picks Debian's multiarch libdir (lib/x86_64-linux-gnu).
+# Included at the end of CMakeLists.txt, after cmake/install.cmake.
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGE_NAME hakmem)
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGE_CONTACT "hakmem maintainers <hakmem@localhost>")
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)          # hakmem_<version>_<arch>.deb
+set(CPACK_DEBIAN_PACKAGE_SECTION libs)
+set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
+# (CPack indents the lines after the first itself)
+set(CPACK_DEBIAN_PACKAGE_DESCRIPTION "general-purpose malloc replacement for Linux
+hakmem replaces malloc/free (and C++ new/delete) in a program linked with
+-lhakmem or started with the library preloaded (hakmem run -- cmd).
+This package holds the shared and static library, the header, the
+pkg-config and CMake files and the hakmem launcher.")
+# Depends from dpkg-shlibdeps (dpkg-dev) when it is there, else libc6;
+# the shlibs file and ldconfig trigger make the soname known to dpkg.
+find_program(HAKMEM_DPKG_SHLIBDEPS dpkg-shlibdeps)
+if(HAKMEM_DPKG_SHLIBDEPS)
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+else()
+  set(CPACK_DEBIAN_PACKAGE_DEPENDS "libc6 (>= 2.34)")
+endif()
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
+include(CPack)
