@@ -18,7 +18,7 @@ fn c_root(manifest: &Path) -> PathBuf {
         return vendored;
     }
     let repo = manifest.join("..").join("..");
-    if repo.join("src").join("alloc.c").is_file() {
+    if repo.join("include").join("hakmem.h").is_file() {
         return repo;
     }
     panic!(
@@ -41,12 +41,7 @@ fn library_sources(root: &Path) -> Vec<PathBuf> {
         })
         .collect();
     sources.sort();
-    assert!(
-        sources.iter().any(|f| f.ends_with("alloc.c")),
-        "no alloc.c among {}: {:?}",
-        dir.display(),
-        sources
-    );
+    assert!(!sources.is_empty(), "no C sources in {}", dir.display());
     sources
 }
 

@@ -53,7 +53,7 @@ for d in src include; do
   diff -r "$SRC/$d" "$PKG/c_src/$d" >/dev/null || fail "c_src/$d is not a copy of $d/"
 done
 ! grep -q '^publish *= *false' "$PKG/Cargo.toml" || fail "the packaged Cargo.toml says publish = false"
-[ ! -e "$PKG/../../src/alloc.c" ] || fail "$PKG/../../src exists: the build could use it"
+[ ! -e "$PKG/../../include/hakmem.h" ] || fail "$PKG/../../include/hakmem.h exists: the build could use it"
 
 step "consumer with the unpacked crate as its path dependency, offline"
 mkdir -p "$TMP/consumer/src"
