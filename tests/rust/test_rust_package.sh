@@ -24,6 +24,11 @@ rm -rf "$WORK"
 mkdir -p "$WORK"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/hakmem_rustpkg_XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
+# build.rs compiles every src/*.c but override.c: the list CMake compiles.
+sed -n '/^set(HAKMEM_SOURCES/,/)/p' "$SRC/CMakeLists.txt" | grep -o 'src/[A-Za-z0-9_]*\.c' | sort >"$TMP/cmake-list" || true
+(cd "$SRC" && ls src/*.c | grep -v '^src/override\.c$' | sort) >"$TMP/glob-list"
+diff "$TMP/cmake-list" "$TMP/glob-list" >"$TMP/diff" \
+  || fail "src/*.c (but override.c), which build.rs compiles, differs from CMake's HAKMEM_SOURCES: $(cat "$TMP/diff")"
 if [ "$CARGO_OLD" = 0 ]; then
   # a newer cargo builds offline from its own cache: fill it (a no-op when
   # cc is there already)
