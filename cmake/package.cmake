@@ -1,9 +1,9 @@
 # `make deb`: one Debian package "hakmem" (CPack's DEB generator) with what
 # `cmake --install` puts under /usr: the library and its soname link, the
 # static library, the header, the pkg-config and CMake files, the launcher
-# and its helper. The tree must be configured with CMAKE_INSTALL_PREFIX=/usr
-# so that GNUInstallDirs picks Debian's multiarch libdir (lib/x86_64-linux-gnu).
-# Included at the end of CMakeLists.txt, after cmake/install.cmake.
+# and its helper. Included at the end of CMakeLists.txt, after
+# cmake/install.cmake, only in a tree configured with CMAKE_INSTALL_PREFIX=/usr:
+# there GNUInstallDirs picks Debian's multiarch libdir (lib/x86_64-linux-gnu).
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME hakmem)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
