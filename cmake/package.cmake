@@ -7,7 +7,11 @@
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME hakmem)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
-set(CPACK_PACKAGE_CONTACT "hakmem maintainers <hakmem@localhost>")
+# The project has no public contact address yet: a placeholder, to set with
+# -DHAKMEM_DEB_MAINTAINER="Name <address>".
+set(HAKMEM_DEB_MAINTAINER "hakmem maintainers <hakmem@localhost>" CACHE STRING
+  "Maintainer field of the Debian package")
+set(CPACK_PACKAGE_CONTACT "${HAKMEM_DEB_MAINTAINER}")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)          # hakmem_<version>_<arch>.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION libs)
