@@ -75,6 +75,20 @@ nochecks:
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
+# A Debian package of what `make install` installs, under /usr with the
+# multiarch libdir: $(DEB_BUILD)/hakmem_<version>_<arch>.deb (cmake/package.cmake).
+.PHONY: deb clean-deb
+DEB_BUILD ?= build-deb
+deb:
+	cmake -S . -B $(DEB_BUILD) $(GEN) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
+	  -DHAKMEM_BUILD_TESTS=OFF -DHAKMEM_BUILD_BENCH=OFF
+	cmake --build $(DEB_BUILD) -j $(JOBS)
+	cd $(DEB_BUILD) && rm -f hakmem_*.deb && cpack -G DEB
+	@ls $(DEB_BUILD)/hakmem_*.deb
+clean-deb:
+	rm -rf $(DEB_BUILD)
+clean: clean-deb
+
 # Internal invariant checks on; a separate tree so release objects stay intact.
 debug:
 	cmake -S . -B build-debug $(GEN) -DCMAKE_BUILD_TYPE=Debug -DHAKMEM_DEBUG=ON -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g"

@@ -1,39 +1,53 @@
-//! Compiles hakmem's C sources (../../src) into a static library with the
-//! flags the CMake build uses. Only the hak_* API is needed: src/override.c
-//! (the malloc/free symbols) and src/new_delete.cc (C++ operators) are left
-//! out, so linking this crate never replaces the C allocator of the process.
+//! Compiles hakmem's C sources into a static library with the flags the
+//! CMake build uses. The sources are c_src/ when present (the packaged
+//! crate: scripts/rust_crate.sh copies src/ and include/ there), else the
+//! repository around the crate (../../src, ../../include). Only the hak_* API
+//! is needed: src/override.c (the malloc/free symbols) and src/new_delete.cc
+//! (C++ operators) are left out, so linking this crate never replaces the C
+//! allocator of the process.
 
 use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The library's sources: the `set(HAKMEM_SOURCES ...)` list of the top
-/// CMakeLists.txt, so both builds compile the same files.
-fn library_sources(root: &Path) -> Vec<PathBuf> {
-    let cmake = root.join("CMakeLists.txt");
-    let text = fs::read_to_string(&cmake)
-        .unwrap_or_else(|e| panic!("cannot read {}: {}", cmake.display(), e));
-    let start = text
-        .find("set(HAKMEM_SOURCES")
-        .expect("no set(HAKMEM_SOURCES ...) in CMakeLists.txt");
-    let body = &text[start + "set(HAKMEM_SOURCES".len()..];
-    let end = body.find(')').expect("unterminated set(HAKMEM_SOURCES");
-    let sources: Vec<PathBuf> = body[..end]
-        .split_whitespace()
-        .filter(|f| f.ends_with(".c") && !f.ends_with("/override.c"))
-        .map(|f| root.join(f))
-        .collect();
-    assert!(
-        sources.iter().any(|f| f.ends_with("alloc.c")),
-        "HAKMEM_SOURCES has no src/alloc.c: {:?}",
-        sources
+/// The directory holding src/ and include/: the vendored copy, else the
+/// repository.
+fn c_root(manifest: &Path) -> PathBuf {
+    let vendored = manifest.join("c_src");
+    if vendored.join("src").is_dir() {
+        return vendored;
+    }
+    let repo = manifest.join("..").join("..");
+    if repo.join("include").join("hakmem.h").is_file() {
+        return repo;
+    }
+    panic!(
+        "hakmem's C sources are neither in {} (the packaged crate) nor in {} (a checkout)",
+        vendored.display(),
+        repo.display()
     );
+}
+
+/// Every src/*.c but override.c: the library's sources, as CMake's
+/// HAKMEM_SOURCES lists them, without a list to keep in step here.
+fn library_sources(root: &Path) -> Vec<PathBuf> {
+    let dir = root.join("src");
+    let mut sources: Vec<PathBuf> = fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {}", dir.display(), e))
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.extension().map_or(false, |x| x == "c")
+                && p.file_name().map_or(false, |n| n != "override.c")
+        })
+        .collect();
+    sources.sort();
+    assert!(!sources.is_empty(), "no C sources in {}", dir.display());
     sources
 }
 
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
-    let root = manifest.join("..").join("..");
+    let root = c_root(&manifest);
     let sources = library_sources(&root);
 
     let mut build = cc::Build::new();
@@ -58,7 +72,6 @@ fn main() {
     println!("cargo:rustc-link-lib=dylib=dl");
     println!("cargo:rustc-link-lib=dylib=pthread");
 
-    println!("cargo:rerun-if-changed={}", root.join("CMakeLists.txt").display());
     println!("cargo:rerun-if-changed={}", root.join("include").display());
     println!("cargo:rerun-if-changed={}", root.join("src").display());
     for f in fs::read_dir(root.join("src")).unwrap() {
