@@ -1,0 +1,63 @@
+/* Sampling decisions, shared by every consumer that wants one allocation
+ * now and then: the heap profiler (HAKMEM_PROFILE, a mean in bytes) and,
+ * later, the guarded pool (a mean in allocations). docs/DESIGN.md,
+ * "Sampling".
+ *
+ * Interface:
+ *  - hm_sampler_enable(id, mean, in_bytes, serve) at start-up: each
+ *    consumer has its own per-thread countdown, drawn from an exponential
+ *    distribution of the given mean (bytes, or allocations), and a serve
+ *    hook that allocates the sampled block itself (so that its free takes
+ *    a path the consumer sees: the fast paths never look for samples).
+ *  - The slab lane charges a whole free list at once when it installs one
+ *    (hm_sample_list: returns the position of the first sampled malloc in
+ *    it, where the heap cuts the list so that that malloc takes the slow
+ *    path), then calls hm_sample_fire there. Every other lane (big slab
+ *    classes, large blocks) calls hm_sample_one per allocation.
+ *  - While any consumer is on, hm_sample_active is set and the fast path
+ *    goes to the slow path instead of swapping local_free in itself, so
+ *    that every list handed out is charged (hm_slab_pop).
+ *  - Both return a mask of the consumers that fired (bit id). */
+#ifndef HAKMEM_SAMPLE_H
+#define HAKMEM_SAMPLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum { HM_SAMPLER_PROFILE = 0, HM_SAMPLER_GUARD = 1, HM_SAMPLERS = 2 };
+
+/* Allocates the sampled block of n bytes (align 0: malloc's) for the
+ * consumers in `fired`; `charged`: the bytes the countdown was charged for
+ * it (the size class's block size), which weighs the sample. NULL: out of
+ * memory. */
+typedef void *(*hm_sample_serve_fn)(unsigned fired, size_t n, size_t align, size_t charged);
+
+__attribute__((visibility("hidden"))) extern bool hm_sample_active;
+
+__attribute__((visibility("hidden"))) void hm_sampler_enable(unsigned id, uint64_t mean, bool in_bytes,
+                                                             hm_sample_serve_fn serve);
+/* A list of `count` blocks of `size` bytes is about to be handed out, one
+ * per malloc: the 1-based position of the first malloc to sample (0:
+ * none); the countdowns are charged up to, not including, that one. */
+__attribute__((visibility("hidden"))) uint32_t hm_sample_list(uint32_t count, uint32_t size);
+/* The malloc at the position hm_sample_list returned: charges it, redraws
+ * the countdowns that expired; the mask of those. */
+__attribute__((visibility("hidden"))) unsigned hm_sample_fire(size_t size);
+/* One allocation of `size` bytes outside the slab lists: the mask of the
+ * consumers that sample it (0 mostly). */
+__attribute__((visibility("hidden"))) unsigned hm_sample_one(size_t size);
+/* Serve a sampled allocation (the first serve hook among `fired`). */
+__attribute__((visibility("hidden"))) void *hm_sample_serve(unsigned fired, size_t n, size_t align, size_t charged);
+
+/* Per thread, the classes whose next slow-path malloc is the sampled one
+ * (the heap cut their list there). */
+__attribute__((visibility("hidden"))) void hm_sample_set_pending(unsigned cls);
+__attribute__((visibility("hidden"))) bool hm_sample_take_pending(unsigned cls);
+
+/* Natural logarithm and 1 - exp(-x), without libm (the draws; the
+ * weights, 1 / (1 - exp(-size / mean)), as pprof and tcmalloc use). */
+__attribute__((visibility("hidden"))) double hm_log(double x);
+__attribute__((visibility("hidden"))) double hm_one_minus_exp_neg(double x);
+
+#endif
