@@ -781,6 +781,14 @@ static void *pack_alloc(size_t n, size_t align, bool zero) {
 }
 
 void *hm_large_alloc(size_t n, size_t align) {
+  if (unlikely(hm_sample_active)) {
+    unsigned fired = hm_sample_one(n);
+    if (fired != 0) return hm_sample_serve(fired, n, align, n);
+  }
+  return hm_large_alloc_unsampled(n, align);
+}
+
+void *hm_large_alloc_unsampled(size_t n, size_t align) {
   hm_ensure_init();
   if (hm_force_libc) return align > 16 ? __libc_memalign(align, n) : __libc_malloc(n);
   bool fresh;
@@ -795,6 +803,14 @@ void *hm_large_alloc(size_t n, size_t align) {
 }
 
 void *hm_large_calloc(size_t n) {
+  if (unlikely(hm_sample_active)) {
+    unsigned fired = hm_sample_one(n);
+    if (fired != 0) {
+      void *p = hm_sample_serve(fired, n, 0, n);
+      if (p != NULL) memset(p, 0, n);
+      return p;
+    }
+  }
   hm_ensure_init();
   if (hm_force_libc) return __libc_calloc(1, n);
   bool fresh;

@@ -609,12 +609,14 @@ static slab_t *heap_new_slab(heap_t *h, unsigned c) {
   }
 }
 
-/* Pop from the foreign cache of class c, making it the current slab. */
+/* Pop from the foreign cache of class c, making it the current slab
+ * (not while sampling: its list grows by frees, uncounted). */
 static void *foreign_pop(heap_t *h, unsigned c) {
   slab_t *f = &h->foreign[c];
   block_t *b = f->free;
   f->free = b->next;
   f->used++;
+  if (unlikely(hm_sample_active)) return hm_block_handout(f, b, f->free);
   f->own_id = (uintptr_t)h + 1; /* serving (until heap_alloc finds it dry, or a flush) */
   heap_set_cur(h, c, f);
   return hm_block_handout(f, b, f->free);
@@ -787,6 +789,49 @@ static heap_t *heap_for_thread(void) {
   return h;
 }
 
+/* Sampling on (sample.h): every list the fast path is given is charged
+ * here, and cut where a sampled malloc falls, the rest of it moved to
+ * local_free (empty then: the list came from it, from remote frees or from
+ * carving), so that that malloc comes back here. The classes of big slabs
+ * are charged per malloc (hm_malloc_big), as their lists are rebuilt. */
+static void *heap_alloc_sampling(heap_t *h, unsigned c, size_t n, bool charge_big) {
+  uint32_t bs = hm_class_size[c];
+  if (bs > MEDIUM_MAX) {
+    unsigned fired = charge_big ? hm_sample_one(bs) : 0;
+    return fired != 0 ? hm_sample_serve(fired, n, 0, bs) : heap_alloc(h, c);
+  }
+  unsigned fired = 0;
+  if (hm_sample_take_pending(c) || hm_sample_list(1, bs) == 1) fired = hm_sample_fire(bs);
+  if (fired != 0) return hm_sample_serve(fired, n, 0, bs);
+  void *p = heap_alloc(h, c);
+  slab_t *s = h->cur[c];
+  if (p == NULL || s == &hm_empty_slab || s->in_use == SLAB_FOREIGN || s->free == NULL) return p;
+  uint32_t count = 0;
+  if (s->local_free == NULL) {
+    count = s->carved - s->used; /* every free block is on s->free */
+  } else {
+    for (block_t *b = s->free; b != NULL; b = hm_next_get(s, b)) count++;
+  }
+  uint32_t k = hm_sample_list(count, bs);
+  if (k == 0) return p;
+  /* s->free keeps its first k - 1 blocks */
+  block_t *rest = s->free;
+  if (k > 1) {
+    block_t *last = rest;
+    for (uint32_t i = 2; i < k; i++) last = hm_next_get(s, last);
+    rest = hm_next_get(s, last);
+    hm_next_set(s, last, NULL);
+  } else {
+    s->free = NULL;
+  }
+  block_t *tail = rest;
+  for (block_t *b; (b = hm_next_get(s, tail)) != NULL;) tail = b;
+  hm_next_set(s, tail, s->local_free);
+  s->local_free = rest;
+  hm_sample_set_pending(c);
+  return p;
+}
+
 void *hm_alloc_slow(size_t n) {
   heap_t *h = hm_tls_heap;
   if (unlikely(h == &hm_empty_heap)) {
@@ -798,6 +843,7 @@ void *hm_alloc_slow(size_t n) {
     }
   }
   hm_purge_tick();
+  if (unlikely(hm_sample_active)) return heap_alloc_sampling(h, hm_size_class(n), n, false);
   return heap_alloc(h, hm_size_class(n));
 }
 
@@ -807,6 +853,7 @@ void *hm_alloc_class(unsigned c) {
     errno = ENOMEM;
     return NULL;
   }
+  if (unlikely(hm_sample_active)) return heap_alloc_sampling(h, c, hm_class_size[c], true);
   return heap_alloc(h, c);
 }
 
@@ -927,7 +974,9 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
     }
     h = created;
   }
-  hm_tls_free_id = (uintptr_t)h | 1; /* h is this thread's heap */
+  /* h is this thread's heap. (Not while sampling: a trading thread's own
+   * frees go on the list it allocates from, uncounted: sample.h.) */
+  if (likely(!hm_sample_active)) hm_tls_free_id = (uintptr_t)h | 1;
   slab_shape_t *sh = &ss->shape[hm_slab_index(ss, b)];
   unsigned c = __atomic_load_n(&sh->cls, __ATOMIC_RELAXED);
   /* Tell the owner's double-free check that a block of this slab may sit

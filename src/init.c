@@ -13,6 +13,7 @@ int hm_force_libc;
 _Atomic int hm_init_state;
 
 static void fork_prepare(void) {
+  hm_prof_fork_prepare(); /* (its lock is never held with another) */
   hm_purge_fork_prepare();
   hm_heap_fork_prepare();
   hm_backend_fork_prepare();
@@ -23,12 +24,14 @@ static void fork_parent(void) {
   hm_backend_fork_parent();
   hm_heap_fork_parent();
   hm_purge_fork_parent();
+  hm_prof_fork_parent();
 }
 static void fork_child(void) {
   hm_large_fork_child();
   hm_backend_fork_child();
   hm_heap_fork_child();
   hm_purge_fork_child();
+  hm_prof_fork_child();
 }
 
 void hm_init_slow(void) {
@@ -41,6 +44,7 @@ void hm_init_slow(void) {
     hm_purge_init();
     hm_heap_process_init();
     hm_big_init();
+    hm_prof_init();
     atomic_store_explicit(&hm_init_state, 2, memory_order_release);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     return;

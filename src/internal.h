@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "hakmem.h"
+#include "sample.h"
 
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
@@ -404,6 +405,7 @@ enum { HM_ON_ERROR_ABORT = 0, HM_ON_ERROR_WARN = 1 }; /* HAKMEM_ON_ERROR choices
 extern HM_HIDDEN long hm_opt[HM_OPT_COUNT];
 HM_HIDDEN void hm_options_init(void);
 HM_HIDDEN int hm_option_is_set(int id);
+HM_HIDDEN const char *hm_option_path(int id); /* a PATH option: NULL when unset */
 HM_HIDDEN void hm_options_write(int fd);
 HM_HIDDEN void hm_options_print_config(void); /* HAKMEM_VERBOSE=1 */
 extern HM_HIDDEN int hm_force_libc;    /* HAKMEM_FORCE_LIBC_ALLOC=1 */
@@ -510,6 +512,7 @@ struct hm_ss_counts { size_t ss_alloc, ss_free, fallback_mmap, huge_alloc; };
 HM_HIDDEN void hm_backend_ss_counts(struct hm_ss_counts *out);
 /* ace.c (the large lane) */
 HM_HIDDEN void *hm_large_alloc(size_t n, size_t align);
+HM_HIDDEN void *hm_large_alloc_unsampled(size_t n, size_t align); /* for a sampler's serve hook */
 HM_HIDDEN void *hm_large_calloc(size_t n);
 HM_HIDDEN void *hm_large_realloc(void *p, size_t n);
 HM_HIDDEN void hm_large_free(void *p);
@@ -592,6 +595,12 @@ HM_HIDDEN void hm_write_fd(int fd, const char *s);
 HM_HIDDEN void hm_format_dec(char *out, long v);
 /* alloc.c */
 HM_HIDDEN void hm_free_slow(void *p);
+/* prof.c: the heap profiler (a sampler consumer, sample.h) */
+HM_HIDDEN void hm_prof_init(void);
+HM_HIDDEN bool hm_prof_freed(void *p); /* a large block freed: true if it was a sampled one */
+HM_HIDDEN void hm_prof_fork_prepare(void);
+HM_HIDDEN void hm_prof_fork_parent(void);
+HM_HIDDEN void hm_prof_fork_child(void);
 
 /* ---- invariant checks (make debug) ------------------------------------- */
 #ifdef HAKMEM_DEBUG
@@ -830,7 +839,8 @@ HM_HIDDEN void hm_misuse(const char *what, const void *p, const char *reason);
 HM_INLINE void *hm_slab_pop(heap_t *h, slab_t *s, size_t n) {
   block_t *b = s->free;
   if (unlikely(!hm_head_ok(s, b))) { /* hardening: b != NULL (secure: and not damaged) */
-    if (b != NULL || !hm_head_ok(s, b = s->local_free)) return hm_alloc_slow(n);
+    /* (sampling on: the slow path swaps, and charges the list: sample.h) */
+    if (b != NULL || !hm_head_ok(s, b = s->local_free) || unlikely(hm_sample_active)) return hm_alloc_slow(n);
     s->local_free = NULL;
     /* blocks taken: all the owner freed, unless s is the foreign cache */
     HM_STAT_REFILL(h, HM_REFILL_LOCAL, s->in_use == SLAB_FOREIGN ? 0 : s->carved - s->used);
