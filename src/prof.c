@@ -36,13 +36,13 @@ static bool prof_trylock(void) {
 static void prof_lock(void) {
   while (!prof_trylock()) sched_yield();
 }
-static void dump_locked(const char *path);
+static void dump_locked(const char *path, bool symbolize);
 static void prof_unlock(void) {
   atomic_store_explicit(&prof_lock_word, 0, memory_order_release);
   /* a SIGUSR2 that found the lock taken: its dump, now */
   while (atomic_load(&dump_pending) && prof_trylock()) {
     atomic_store(&dump_pending, 0);
-    dump_locked(prof_path);
+    dump_locked(prof_path, false);
     atomic_store_explicit(&prof_lock_word, 0, memory_order_release);
   }
 }
@@ -367,8 +367,38 @@ static uint64_t loc_id(loc_t *locs, size_t cap, uint64_t *next_id, uintptr_t pc,
 
 static int64_t rounded(double v) { return v <= 0 ? 0 : (int64_t)(v + 0.5); }
 
-/* The whole Profile message into out (the lock held). */
-static void build_profile(buf_t *out) {
+/* Functions named by dladdr (exported symbols: a stripped program's, which
+ * pprof cannot name itself); the rest pprof names from the files. */
+typedef struct {
+  uintptr_t addr; /* the symbol's; 0: empty */
+  uint64_t id;
+} fn_t;
+
+/* The function id of pc's exported symbol (0: none), its Function message
+ * written when new, its name appended to the string table. */
+static uint64_t function_of(uintptr_t pc, fn_t *fns, size_t cap, uint64_t *next_id, uint64_t *next_str, buf_t *out,
+                            buf_t *m, buf_t *strings) {
+  Dl_info info;
+  if (fns == NULL || dladdr((void *)pc, &info) == 0 || info.dli_sname == NULL || info.dli_saddr == NULL) return 0;
+  uintptr_t a = (uintptr_t)info.dli_saddr;
+  size_t j = (size_t)((a * 0x9e3779b97f4a7c15ULL) >> 17) & (cap - 1);
+  for (; fns[j].addr != 0; j = (j + 1) & (cap - 1))
+    if (fns[j].addr == a) return fns[j].id;
+  fns[j].addr = a;
+  fns[j].id = (*next_id)++;
+  uint64_t name = (*next_str)++;
+  put_len(strings, 6, info.dli_sname, strlen(info.dli_sname));
+  put_uint(m, 1, fns[j].id);
+  put_uint(m, 2, name);
+  put_uint(m, 3, name);
+  put_msg(out, 5, m);
+  return fns[j].id;
+}
+
+/* The whole Profile message into out (the lock held). symbolize: name
+ * exported functions with dladdr (not from the signal handler: it takes
+ * the loader's lock). */
+static void build_profile(buf_t *out, bool symbolize) {
   buf_t m = {0}, packed = {0}, strings = {0};
   static const unsigned types[4][2] = {
       {S_ALLOC_OBJECTS, S_COUNT}, {S_ALLOC_SPACE, S_BYTES}, {S_INUSE_OBJECTS, S_COUNT}, {S_INUSE_SPACE, S_BYTES}};
@@ -380,8 +410,10 @@ static void build_profile(buf_t *out) {
   size_t cap = 64;
   while (cap < frames * 2) cap *= 2;
   loc_t *locs = map(cap * sizeof(loc_t));
+  fn_t *fns = symbolize ? map(cap * sizeof(fn_t)) : NULL;
   if (locs == NULL) out->failed = true;
-  uint64_t next_id = 1;
+  uint64_t next_id = 1, next_fn = 1, next_str = S_FIXED + nmap;
+  buf_t line = {0};
   for (site_t *s = all_sites; s != NULL && locs != NULL; s = s->all_next) {
     if (s->alloc_objects <= 0) continue;
     for (uint32_t i = 0; i < s->depth; i++) {
@@ -398,6 +430,11 @@ static void build_profile(buf_t *out) {
           break;
         }
       put_uint(&m, 3, pc);
+      uint64_t fn = function_of(pc, fns, cap, &next_fn, &next_str, out, &line, &strings);
+      if (fn != 0) {
+        put_uint(&line, 1, fn);
+        put_msg(&m, 4, &line);
+      }
       put_msg(out, 4, &m);
     }
     buf_t sample = {0};
@@ -413,6 +450,8 @@ static void build_profile(buf_t *out) {
     buf_free(&sample);
   }
   if (locs != NULL) munmap(locs, cap * sizeof(loc_t));
+  if (fns != NULL) munmap(fns, cap * sizeof(fn_t));
+  buf_free(&line);
   for (int i = 0; i < S_FIXED; i++) put_len(out, 6, fixed_strings[i], strlen(fixed_strings[i]));
   put_bytes(out, strings.p, strings.len);
   if (strings.failed) out->failed = true;
@@ -501,14 +540,14 @@ static bool expand_path(const char *path, char *out, size_t cap) {
 }
 
 /* Build and write the profile (the lock held). 0, or -1 with errno. */
-static int dump_locked_err(const char *path) {
+static int dump_locked_err(const char *path, bool symbolize) {
   char name[4096];
   if (path == NULL || !expand_path(path, name, sizeof name)) {
     errno = EINVAL;
     return -1;
   }
   buf_t pb = {0};
-  build_profile(&pb);
+  build_profile(&pb, symbolize);
   if (pb.failed) {
     buf_free(&pb);
     errno = ENOMEM;
@@ -531,9 +570,9 @@ static int dump_locked_err(const char *path) {
   }
   return 0;
 }
-static void dump_locked(const char *path) {
+static void dump_locked(const char *path, bool symbolize) {
   int saved = errno;
-  (void)dump_locked_err(path);
+  (void)dump_locked_err(path, symbolize);
   errno = saved;
 }
 
@@ -544,7 +583,7 @@ int hak_profile_dump(const char *path) {
     return -1;
   }
   prof_lock();
-  int r = dump_locked_err(path != NULL ? path : prof_path);
+  int r = dump_locked_err(path != NULL ? path : prof_path, true);
   int e = errno;
   prof_unlock();
   errno = e;
@@ -559,7 +598,7 @@ static void on_sigusr2(int sig) {
   atomic_store(&dump_pending, 1);
   if (!prof_trylock()) return;
   atomic_store(&dump_pending, 0);
-  dump_locked(prof_path);
+  dump_locked(prof_path, false);
   prof_unlock();
 }
 
@@ -678,7 +717,7 @@ __attribute__((destructor)) static void prof_at_exit(void) {
   if (!prof_on) return;
   if (prof_path != NULL) {
     prof_lock();
-    dump_locked(prof_path);
+    dump_locked(prof_path, true);
     prof_unlock();
   }
   if (hm_opt[HM_OPT_LEAK_REPORT]) leak_report();
