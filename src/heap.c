@@ -794,7 +794,7 @@ static heap_t *heap_for_thread(void) {
  * local_free (empty then: the list came from it, from remote frees or from
  * carving), so that that malloc comes back here. The classes of big slabs
  * are charged per malloc (hm_malloc_big), as their lists are rebuilt. */
-static void *heap_alloc_sampling(heap_t *h, unsigned c, size_t n, bool charge_big) {
+HM_INLINE void *heap_alloc_sampling(heap_t *h, unsigned c, size_t n, bool charge_big) {
   uint32_t bs = hm_class_size[c];
   if (bs > MEDIUM_MAX) {
     unsigned fired = charge_big ? hm_sample_one(bs) : 0;

@@ -6,25 +6,17 @@
 #include "internal.h"
 
 bool hm_sample_active;
-
-static struct {
-  uint64_t mean;
-  bool in_bytes;
-  hm_sample_serve_fn serve;
-} samplers[HM_SAMPLERS];
+bool hm_sampler_in_bytes[HM_SAMPLERS];
+hm_sample_serve_fn hm_sampler_serve[HM_SAMPLERS];
+static uint64_t sampler_mean[HM_SAMPLERS];
 static unsigned enabled_mask;
-
-struct sample_tls {
-  int64_t left[HM_SAMPLERS]; /* bytes or allocations until the next sample */
-  unsigned drawn;            /* countdowns drawn (bit id) */
-  uint64_t pending[(NUM_CLASSES + 63) / 64];
-};
-static __thread struct sample_tls tls __attribute__((tls_model("initial-exec")));
+/* (left: 0 until drawn; a consumer that is off stays at INT64_MAX once seen) */
+__thread struct hm_sample_tls hm_sample_tls __attribute__((tls_model("initial-exec")));
 
 void hm_sampler_enable(unsigned id, uint64_t mean, bool in_bytes, hm_sample_serve_fn serve) {
-  samplers[id].mean = mean == 0 ? 1 : mean;
-  samplers[id].in_bytes = in_bytes;
-  samplers[id].serve = serve;
+  sampler_mean[id] = mean == 0 ? 1 : mean;
+  hm_sampler_in_bytes[id] = in_bytes;
+  hm_sampler_serve[id] = serve;
   enabled_mask |= 1u << id;
   hm_sample_active = true;
 }
@@ -76,29 +68,33 @@ static int64_t draw(uint64_t mean) {
   return (int64_t)d + 1;
 }
 
-static inline void ensure_drawn(void) {
-  unsigned missing = enabled_mask & ~tls.drawn;
-  if (likely(missing == 0)) return;
+/* A countdown at 0 was never drawn (new thread): draw it, or park it at
+ * INT64_MAX if its consumer is off. */
+static void ensure_drawn(void) {
   for (unsigned id = 0; id < HM_SAMPLERS; id++)
-    if (missing & (1u << id)) tls.left[id] = draw(samplers[id].mean);
-  tls.drawn |= missing;
+    if (hm_sample_tls.left[id] == 0)
+      hm_sample_tls.left[id] = (enabled_mask & (1u << id)) ? draw(sampler_mean[id]) : INT64_MAX;
 }
 
-static inline int64_t unit(unsigned id, uint64_t size) { return samplers[id].in_bytes ? (int64_t)size : 1; }
+static inline int64_t unit(unsigned id, uint64_t size) { return hm_sampler_in_bytes[id] ? (int64_t)size : 1; }
 
-uint32_t hm_sample_list(uint32_t count, uint32_t size) {
+uint32_t hm_sample_list_slow(uint32_t count, uint32_t size) {
   ensure_drawn();
   uint32_t first = 0;
   for (unsigned id = 0; id < HM_SAMPLERS; id++) {
-    if (!(enabled_mask & (1u << id))) continue;
+    if (!(enabled_mask & (1u << id))) {
+      hm_sample_tls.left[id] = INT64_MAX;
+      continue;
+    }
     int64_t u = unit(id, size);
     /* the k-th malloc brings the countdown to 0 or below: k = ceil(left / u) */
-    int64_t k = (tls.left[id] + u - 1) / u;
-    if (k <= (int64_t)count && (first == 0 || k < first)) first = (uint32_t)(k < 1 ? 1 : k);
+    int64_t k = (hm_sample_tls.left[id] + u - 1) / u;
+    if (k < 1) k = 1;
+    if (k <= (int64_t)count && (first == 0 || k < first)) first = (uint32_t)k;
   }
   uint32_t charged = first == 0 ? count : first - 1;
   for (unsigned id = 0; id < HM_SAMPLERS; id++)
-    if (enabled_mask & (1u << id)) tls.left[id] -= (int64_t)charged * unit(id, size);
+    if (enabled_mask & (1u << id)) hm_sample_tls.left[id] -= (int64_t)charged * unit(id, size);
   return first;
 }
 
@@ -107,28 +103,12 @@ unsigned hm_sample_fire(size_t size) {
   unsigned fired = 0;
   for (unsigned id = 0; id < HM_SAMPLERS; id++) {
     if (!(enabled_mask & (1u << id))) continue;
-    tls.left[id] -= unit(id, size);
-    if (tls.left[id] <= 0) {
+    hm_sample_tls.left[id] -= unit(id, size);
+    if (hm_sample_tls.left[id] <= 0) {
       fired |= 1u << id;
-      tls.left[id] = draw(samplers[id].mean);
+      hm_sample_tls.left[id] = draw(sampler_mean[id]);
     }
   }
   return fired;
 }
 
-unsigned hm_sample_one(size_t size) { return hm_sample_fire(size); }
-
-void *hm_sample_serve(unsigned fired, size_t n, size_t align, size_t charged) {
-  for (unsigned id = 0; id < HM_SAMPLERS; id++)
-    if ((fired & (1u << id)) && samplers[id].serve != NULL) return samplers[id].serve(fired, n, align, charged);
-  return NULL;
-}
-
-void hm_sample_set_pending(unsigned cls) { tls.pending[cls / 64] |= (uint64_t)1 << (cls % 64); }
-
-bool hm_sample_take_pending(unsigned cls) {
-  uint64_t bit = (uint64_t)1 << (cls % 64);
-  if (!(tls.pending[cls / 64] & bit)) return false;
-  tls.pending[cls / 64] &= ~bit;
-  return true;
-}

@@ -5,7 +5,6 @@
 #include "stack.h"
 
 #include <link.h>
-#include <unwind.h>
 
 static uintptr_t own_lo, own_hi;
 
@@ -27,24 +26,13 @@ static int find_own(struct dl_phdr_info *info, size_t size, void *arg) {
 
 int hm_stack_is_own(uintptr_t pc) { return pc >= own_lo && pc < own_hi; }
 
-struct walk {
-  uintptr_t *pcs;
-  int n, max;
-};
-
-static _Unwind_Reason_Code on_frame(struct _Unwind_Context *ctx, void *arg) {
-  struct walk *w = arg;
+_Unwind_Reason_Code hm_stack_frame(struct _Unwind_Context *ctx, void *arg) {
+  struct hm_stack_walk *w = arg;
   uintptr_t pc = (uintptr_t)_Unwind_GetIP(ctx);
   if (pc == 0) return _URC_END_OF_STACK;
   if (w->n == 0 && hm_stack_is_own(pc)) return _URC_NO_REASON; /* still inside hakmem */
   w->pcs[w->n++] = pc;
   return w->n == w->max ? _URC_END_OF_STACK : _URC_NO_REASON;
-}
-
-int hm_stack_capture(uintptr_t *pcs, int max) {
-  struct walk w = {pcs, 0, max};
-  _Unwind_Backtrace(on_frame, &w);
-  return w.n;
 }
 
 void hm_stack_init(void) {
