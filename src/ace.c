@@ -1074,7 +1074,8 @@ static void *shrink_to_pool(void *p, size_t n) {
     errno = saved;
     return p;
   }
-  memcpy(q, p, n);
+  size_t old = hm_large_usable(p); /* (a sampled small block, served here, may be shorter) */
+  memcpy(q, p, n < old ? n : old);
   hm_large_free(p);
   return q;
 }

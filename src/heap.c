@@ -616,7 +616,10 @@ static void *foreign_pop(heap_t *h, unsigned c) {
   block_t *b = f->free;
   f->free = b->next;
   f->used++;
-  if (unlikely(hm_sample_active)) return hm_block_handout(f, b, f->free);
+  if (unlikely(hm_sample_active)) {
+    heap_set_cur(h, c, &hm_empty_slab); /* (cur may name a slab that has gone on a list) */
+    return hm_block_handout(f, b, f->free);
+  }
   f->own_id = (uintptr_t)h + 1; /* serving (until heap_alloc finds it dry, or a flush) */
   heap_set_cur(h, c, f);
   return hm_block_handout(f, b, f->free);

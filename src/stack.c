@@ -5,6 +5,7 @@
 #include "stack.h"
 
 #include <link.h>
+#include <stddef.h>
 
 static uintptr_t own_lo, own_hi;
 
@@ -16,8 +17,13 @@ static int find_own(struct dl_phdr_info *info, size_t size, void *arg) {
     if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
     uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
     if (me >= lo && me < hi) {
-      own_lo = lo;
-      own_hi = hi;
+      /* Linked into the program itself (libhakmem.a), the range would
+       * cover the program's code too: then no frame is dropped (stacks
+       * start with hakmem's own). */
+      if (info->dlpi_name != NULL && info->dlpi_name[0] != '\0') {
+        own_lo = lo;
+        own_hi = hi;
+      }
       return 1;
     }
   }
