@@ -609,17 +609,12 @@ static slab_t *heap_new_slab(heap_t *h, unsigned c) {
   }
 }
 
-/* Pop from the foreign cache of class c, making it the current slab
- * (not while sampling: its list grows by frees, uncounted). */
+/* Pop from the foreign cache of class c, making it the current slab. */
 static void *foreign_pop(heap_t *h, unsigned c) {
   slab_t *f = &h->foreign[c];
   block_t *b = f->free;
   f->free = b->next;
   f->used++;
-  if (unlikely(hm_sample_active)) {
-    heap_set_cur(h, c, &hm_empty_slab); /* (cur may name a slab that has gone on a list) */
-    return hm_block_handout(f, b, f->free);
-  }
   f->own_id = (uintptr_t)h + 1; /* serving (until heap_alloc finds it dry, or a flush) */
   heap_set_cur(h, c, f);
   return hm_block_handout(f, b, f->free);
@@ -806,9 +801,38 @@ HM_INLINE void *heap_alloc_sampling(heap_t *h, unsigned c, size_t n, bool charge
   unsigned fired = 0;
   if (hm_sample_take_pending(c) || hm_sample_list(1, bs) == 1) fired = hm_sample_fire(bs);
   if (fired != 0) return hm_sample_serve(fired, n, 0, bs);
-  void *p = heap_alloc(h, c);
   slab_t *s = h->cur[c];
-  if (p == NULL || s == &hm_empty_slab || s->in_use == SLAB_FOREIGN || s->free == NULL) return p;
+  void *p;
+  if (s->free == NULL && s->local_free != NULL && s->in_use != SLAB_FOREIGN) {
+    /* the swap the fast path leaves to us (slab_refill's, and the pop) */
+    HM_STAT_REFILL(h, HM_REFILL_LOCAL, s->carved - s->used);
+    block_t *b = s->local_free;
+#ifdef HAKMEM_SECURE
+    if (unlikely(!hm_head_ok(s, b))) hm_corrupt_list(s, b);
+#endif
+    s->local_free = NULL;
+    s->free = hm_next_get(s, b);
+    s->used++;
+    HM_STAT_ADD(h, alloc[c], 1);
+    p = hm_block_handout(s, b, NULL);
+  } else {
+    p = heap_alloc(h, c);
+    s = h->cur[c];
+  }
+  if (p == NULL || s == &hm_empty_slab || s->free == NULL) return p;
+  if (s->in_use == SLAB_FOREIGN) {
+    /* The foreign cache serves mallocs while no sample falls in its list;
+     * else the slow path serves it block by block until the sample. (Its
+     * blocks must stay on its list: flushes send that list back.) */
+    uint32_t cached = (uint32_t)(s->capacity + 1 - s->used);
+    if (hm_sample_peek(cached, bs) == 0) {
+      hm_sample_list(cached, bs);
+    } else {
+      s->own_id = (uintptr_t)h;
+      heap_set_cur(h, c, &hm_empty_slab);
+    }
+    return p;
+  }
   uint32_t count = 0;
   if (s->local_free == NULL) {
     count = s->carved - s->used; /* every free block is on s->free */
@@ -997,7 +1021,21 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
   slab_t *f = &h->foreign[c];
   b->next = f->free;
   f->free = b;
-  if (unlikely(--f->used == 0)) foreign_overflow(f);
+  /* Sampling: a block pushed on the cache that serves mallocs is the next
+   * one handed out, charged now; when that malloc is the sampled one, the
+   * cache stops serving so that it takes the slow path. */
+  if (unlikely(hm_sample_active) && f->own_id == (uintptr_t)h + 1 && hm_sample_list(1, hm_class_size[c]) == 1) {
+    hm_sample_set_pending(c);
+    f->own_id = (uintptr_t)h;
+    heap_set_cur(h, c, &hm_empty_slab);
+  }
+  if (unlikely(--f->used == 0)) {
+    uint16_t before = f->used;
+    foreign_overflow(f);
+    /* (blocks charged but sent back will not be handed out here) */
+    if (unlikely(hm_sample_active) && f->own_id == (uintptr_t)h + 1)
+      hm_sample_uncharge((uint32_t)(f->used - before), hm_class_size[c]);
+  }
 }
 
 /* hm_free_trading pushed block b on t and brought t's `used` to 0: the

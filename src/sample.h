@@ -65,6 +65,20 @@ static inline __attribute__((always_inline)) uint32_t hm_sample_list(uint32_t co
   }
   return hm_sample_list_slow(count, size);
 }
+/* Would a sample fall within such a list? (Nothing charged.) */
+static inline __attribute__((always_inline)) bool hm_sample_peek(uint32_t count, uint32_t size) {
+  struct hm_sample_tls *t = &hm_sample_tls;
+  int64_t u0 = hm_sampler_in_bytes[0] ? (int64_t)count * size : count;
+  int64_t u1 = hm_sampler_in_bytes[1] ? (int64_t)count * size : count;
+  return !(t->left[0] > u0 && t->left[1] > u1);
+}
+/* count blocks charged by hm_sample_list will not be handed out after all. */
+static inline __attribute__((always_inline)) void hm_sample_uncharge(uint32_t count, uint32_t size) {
+  for (unsigned id = 0; id < HM_SAMPLERS; id++) {
+    int64_t *l = &hm_sample_tls.left[id];
+    if (*l < INT64_MAX / 2) *l += hm_sampler_in_bytes[id] ? (int64_t)count * size : count;
+  }
+}
 /* The malloc at the position hm_sample_list returned: charges it, redraws
  * the countdowns that expired; the mask of those. */
 __attribute__((visibility("hidden"))) unsigned hm_sample_fire(size_t size);
