@@ -870,7 +870,15 @@ void *hm_alloc_slow(size_t n) {
     }
   }
   hm_purge_tick();
-  if (unlikely(hm_sample_active)) return heap_alloc_sampling(h, hm_size_class(n), n, false);
+  if (unlikely(hm_sample_active)) {
+    /* malloc jumps here (a tail call): the return address is the
+     * program's, which lets a sampled stack come from the cache */
+    hm_sample_tls.caller_ra = (uintptr_t)__builtin_return_address(0);
+    hm_sample_tls.caller_cfa = (uintptr_t)__builtin_dwarf_cfa();
+    void *p = heap_alloc_sampling(h, hm_size_class(n), n, false);
+    hm_sample_tls.caller_ra = 0;
+    return p;
+  }
   return heap_alloc(h, hm_size_class(n));
 }
 

@@ -171,7 +171,7 @@ static bool live_grow(void) {
 static void *prof_serve(unsigned fired, size_t n, size_t align, size_t charged) {
   (void)fired;
   uintptr_t pcs[HM_STACK_MAX];
-  int depth = hm_stack_capture(pcs, HM_STACK_MAX);
+  int depth = hm_stack_capture_at(hm_sample_tls.caller_ra, hm_sample_tls.caller_cfa, pcs, HM_STACK_MAX);
   void *p = hm_large_alloc_unsampled(n == 0 ? 1 : n, align);
   if (p == NULL) return NULL;
   /* unbiased estimates (as pprof's): a block charged c bytes is sampled

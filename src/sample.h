@@ -42,6 +42,9 @@ __attribute__((visibility("hidden"))) extern bool hm_sample_active;
 struct hm_sample_tls {
   int64_t left[HM_SAMPLERS];
   uint64_t pending[2];
+  /* the program's call into malloc, while in hm_alloc_slow (0: unknown):
+   * its return address and stack position (hm_stack_capture_at) */
+  uintptr_t caller_ra, caller_cfa;
 };
 __attribute__((visibility("hidden"))) extern __thread struct hm_sample_tls hm_sample_tls
     __attribute__((tls_model("initial-exec")));

@@ -33,4 +33,13 @@ static inline __attribute__((always_inline)) int hm_stack_capture(uintptr_t *pcs
   return w.n;
 }
 
+/* The same, for a malloc whose caller's return address `ra` and stack
+ * position (`cfa`: the caller's stack pointer as it made the call) are
+ * known, taken from a cache when that call site was seen before: a cached
+ * stack is used only if the stack still holds each of its return addresses
+ * where the unwinder found them (relative to cfa), which makes it the same
+ * chain of calls, frame sizes being fixed by the code (not for frames that
+ * allocate on the stack: alloca, variable-length arrays). */
+__attribute__((visibility("hidden"))) int hm_stack_capture_at(uintptr_t ra, uintptr_t cfa, uintptr_t *pcs, int max);
+
 #endif
