@@ -859,6 +859,27 @@ HM_INLINE void *heap_alloc_sampling(heap_t *h, unsigned c, size_t n, bool charge
   return p;
 }
 
+/* Sampling on: the fast path's local_free swap (free is empty), charged;
+ * anything else (a sample in the list, a pending sample, the foreign
+ * cache, big-slab classes) takes the slow path. */
+void *hm_sample_swap(heap_t *h, slab_t *s, size_t n) {
+  uint32_t bs = s->block_size;
+  uint32_t count = s->carved - s->used; /* = |local_free| */
+  unsigned c = s->cls;
+  if (s->in_use == SLAB_FOREIGN || bs > MEDIUM_MAX || hm_sample_is_pending(c) || hm_sample_peek(count, bs))
+    return hm_alloc_slow(n);
+  hm_sample_list(count, bs);
+  HM_STAT_REFILL(h, HM_REFILL_LOCAL, count);
+  (void)h;
+  block_t *b = s->local_free;
+  s->local_free = NULL;
+  block_t *next = hm_next_get(s, b);
+  s->free = next;
+  s->used++;
+  HM_STAT_ADD(h, alloc[c], 1);
+  return hm_block_handout(s, b, next);
+}
+
 void *hm_alloc_slow(size_t n) {
   heap_t *h = hm_tls_heap;
   if (unlikely(h == &hm_empty_heap)) {

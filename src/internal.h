@@ -433,6 +433,7 @@ extern void __libc_free(void *);
 /* heap.c */
 HM_HIDDEN void hm_heap_process_init(void);
 HM_HIDDEN void *hm_alloc_slow(size_t n);
+HM_HIDDEN void *hm_sample_swap(heap_t *h, slab_t *s, size_t n); /* sampling on: the local_free swap */
 HM_HIDDEN void *hm_alloc_class(unsigned cls);
 /* big.c: malloc of the classes of big slabs (above MEDIUM_MAX): the lowest
  * free block first, and free blocks left idle given back */
@@ -839,8 +840,9 @@ HM_HIDDEN void hm_misuse(const char *what, const void *p, const char *reason);
 HM_INLINE void *hm_slab_pop(heap_t *h, slab_t *s, size_t n) {
   block_t *b = s->free;
   if (unlikely(!hm_head_ok(s, b))) { /* hardening: b != NULL (secure: and not damaged) */
-    /* (sampling on: the slow path swaps, and charges the list: sample.h) */
-    if (b != NULL || !hm_head_ok(s, b = s->local_free) || unlikely(hm_sample_active)) return hm_alloc_slow(n);
+    if (b != NULL || !hm_head_ok(s, b = s->local_free)) return hm_alloc_slow(n);
+    /* (sampling on: the swap charges the list first: sample.h) */
+    if (unlikely(hm_sample_active)) return hm_sample_swap(h, s, n);
     s->local_free = NULL;
     /* blocks taken: all the owner freed, unless s is the foreign cache */
     HM_STAT_REFILL(h, HM_REFILL_LOCAL, s->in_use == SLAB_FOREIGN ? 0 : s->carved - s->used);

@@ -732,6 +732,7 @@ void hm_prof_fork_parent(void) {
 /* The child keeps profiling, into its own file when PATH has %p. */
 void hm_prof_fork_child(void) {
   if (!prof_on) return;
+  hm_stack_fork_child();
   atomic_store(&dump_pending, 0);
   atomic_store_explicit(&prof_lock_word, 0, memory_order_release);
 }

@@ -100,6 +100,9 @@ static inline __attribute__((always_inline)) void *hm_sample_serve(unsigned fire
 static inline __attribute__((always_inline)) void hm_sample_set_pending(unsigned cls) {
   hm_sample_tls.pending[cls / 64] |= (uint64_t)1 << (cls % 64);
 }
+static inline __attribute__((always_inline)) bool hm_sample_is_pending(unsigned cls) {
+  return (hm_sample_tls.pending[cls / 64] >> (cls % 64)) & 1;
+}
 static inline __attribute__((always_inline)) bool hm_sample_take_pending(unsigned cls) {
   uint64_t bit = (uint64_t)1 << (cls % 64), *w = &hm_sample_tls.pending[cls / 64];
   if (__builtin_expect(!(*w & bit), 1)) return false;

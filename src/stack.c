@@ -119,6 +119,9 @@ int hm_stack_capture_at(uintptr_t ra, uintptr_t cfa, uintptr_t *pcs, int max) {
   return w.n;
 }
 
+/* A fork child: the cache's lock may have been held by another thread. */
+void hm_stack_fork_child(void) { atomic_store_explicit(&sc_lock, 0, memory_order_relaxed); }
+
 void hm_stack_init(void) {
   void *m = mmap(NULL, SC_ENTRIES * sizeof(sc_entry_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   sc = m == MAP_FAILED ? NULL : m;

@@ -12,8 +12,9 @@
 
 #define HM_STACK_MAX 64
 
-/* Call once, outside any allocator lock (start-up). */
+/* Call once, outside any allocator lock (start-up); and in a fork child. */
 __attribute__((visibility("hidden"))) void hm_stack_init(void);
+__attribute__((visibility("hidden"))) void hm_stack_fork_child(void);
 /* Is pc inside hakmem's own code? */
 __attribute__((visibility("hidden"))) int hm_stack_is_own(uintptr_t pc);
 
