@@ -792,7 +792,7 @@ static heap_t *heap_for_thread(void) {
  * local_free (empty then: the list came from it, from remote frees or from
  * carving), so that that malloc comes back here. The classes of big slabs
  * are charged per malloc (hm_malloc_big), as their lists are rebuilt. */
-HM_INLINE void *heap_alloc_sampling(heap_t *h, unsigned c, size_t n, bool charge_big) {
+static HM_NOINLINE void *heap_alloc_sampling(heap_t *h, unsigned c, size_t n, bool charge_big) {
   uint32_t bs = hm_class_size[c];
   if (bs > MEDIUM_MAX) {
     unsigned fired = charge_big ? hm_sample_one(bs) : 0;
@@ -893,7 +893,9 @@ void *hm_alloc_slow(size_t n) {
   hm_purge_tick();
   if (unlikely(hm_sample_active)) {
     /* malloc jumps here (a tail call): the return address is the
-     * program's, which lets a sampled stack come from the cache */
+     * program's, which lets a sampled stack come from the cache. (Out of
+     * line: inlined, the sampling path cost every slow call with sampling
+     * off five more saved registers.) */
     hm_sample_tls.caller_ra = (uintptr_t)__builtin_return_address(0);
     hm_sample_tls.caller_cfa = (uintptr_t)__builtin_dwarf_cfa();
     void *p = heap_alloc_sampling(h, hm_size_class(n), n, false);
