@@ -4,8 +4,8 @@ prof_workload (and perl) with libhakmem.so preloaded and reads the profiles
 with a profile.proto decoder of its own (CI has no Go); where `go` is
 installed, `go tool pprof -top` must read them too.
 
-  test_prof.py LIBHAKMEM PROF_WORKLOAD MODE
-MODE: sites | leak | fork | threads | signal | dump | perl
+  test_prof.py LIBHAKMEM PROF_WORKLOAD MODE [LAUNCHER]
+MODE: sites | leak | fork | threads | signal | dump | perl | launcher
 Estimates are checked against the amounts allocated within a tolerance of
 30% (at HAKMEM_PROFILE_RATE=65536 that is over three standard deviations).
 Exit 77: skipped (perl not installed)."""
@@ -290,6 +290,36 @@ def main():
                 fail("Perl_sv_grow is not among the top site's callers: %s" % callers)
             close(sums[top][1], 400 * 250000, "perl's strings, alloc_space")
             go_top(path, "Perl_safesysmalloc")
+        elif mode == "launcher":
+            # `hakmem profile`: pprof's top list, inferno's flame graph, and a
+            # clear error when either tool is missing
+            launcher = os.path.abspath(sys.argv[4])
+            out, _ = run([workload, "sites"], env, tmp)
+            path = [os.path.join(tmp, f) for f in os.listdir(tmp) if f.startswith("heap.")][0]
+            bare = {"PATH": "/usr/bin:/bin"}
+            r = subprocess.run(["sh", launcher, "profile", path], env=dict(os.environ, **bare),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+            if shutil.which("go", path=bare["PATH"]) is None:
+                if r.returncode != 1 or b"needs 'go tool pprof'" not in r.stderr:
+                    fail("without go: exit %d, %r" % (r.returncode, r.stderr))
+                print("ok without go: " + r.stderr.decode().strip())
+            if shutil.which("go") is not None:
+                svg = os.path.join(tmp, "flame.svg")
+                r = subprocess.run(["sh", launcher, "profile", path, "--top", "5", "--svg", svg],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+                top = r.stdout.decode(errors="replace")
+                if "site_big" not in top:
+                    fail("hakmem profile: no site_big in the top list:\n%s%s" % (top, r.stderr.decode()))
+                print("ok hakmem profile --top 5")
+                if shutil.which("inferno-flamegraph") is None:
+                    if r.returncode != 1 or b"needs inferno-flamegraph" not in r.stderr:
+                        fail("without inferno: exit %d, %r" % (r.returncode, r.stderr))
+                else:
+                    with open(svg) as f:
+                        text = f.read()
+                    if r.returncode != 0 or "<svg" not in text or "site_big" not in text:
+                        fail("hakmem profile --svg: no flame graph naming site_big")
+                    print("ok hakmem profile --svg")
         else:
             fail("unknown mode " + mode)
         print("PASS", mode)
