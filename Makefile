@@ -1,12 +1,12 @@
 # Thin wrapper over CMake: `make`, `make test`, `make debug`, `make bench`,
-# `make install PREFIX=/usr/local`, `make stats`, `make options-doc`,
+# `make install PREFIX=/usr/local`, `make fast-counters`, `make options-doc`,
 # `make secure`, `make tsan`, `make fuzz`, `make bench-checks`, `make soak-test`.
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 PREFIX ?= /usr/local
 GEN   := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all build test test-default install debug debug-test stats stats-test options-doc bench bench-quick \
+.PHONY: all build test test-default install debug debug-test fast-counters fast-counters-test stats stats-test options-doc bench bench-quick \
         bench-instr bench-checks clean secure secure-test tsan tsan-test fuzz fuzz-run nochecks soak-test
 
 all: build
@@ -73,14 +73,18 @@ debug:
 debug-test: debug
 	cd build-debug && ctest --output-on-failure -j $(JOBS) -LE soak $(CTEST_ARGS)
 
-# -DHAKMEM_STATS=ON: the fast paths count every call (per class, per refill
-# source) for the statistics report; a separate tree.
-stats:
-	cmake -S . -B build-stats $(GEN) -DCMAKE_BUILD_TYPE=Release -DHAKMEM_STATS=ON
-	cmake --build build-stats -j $(JOBS)
+# -DHAKMEM_FAST_COUNTERS=ON: the fast paths count every call (per class, per
+# refill source) for the statistics report; a separate tree. (`make stats`
+# and `make stats-test`: the former names.)
+fast-counters:
+	cmake -S . -B build-counters $(GEN) -DCMAKE_BUILD_TYPE=Release -DHAKMEM_FAST_COUNTERS=ON
+	cmake --build build-counters -j $(JOBS)
 
-stats-test: stats
-	cd build-stats && ctest --output-on-failure -j $(JOBS) -LE soak $(CTEST_ARGS)
+fast-counters-test: fast-counters
+	cd build-counters && ctest --output-on-failure -j $(JOBS) -LE soak $(CTEST_ARGS)
+
+stats: fast-counters
+stats-test: fast-counters-test
 
 # README.md's option table from src/options.def.
 options-doc:
@@ -102,4 +106,4 @@ bench-checks: build
 	$(BUILD)/bench/bench_checks $(BENCH_CHECKS_ARGS)
 
 clean:
-	rm -rf $(BUILD) build-debug build-stats build-secure build-tsan build-fuzz build-nochecks
+	rm -rf $(BUILD) build-debug build-counters build-stats build-secure build-tsan build-fuzz build-nochecks

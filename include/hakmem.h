@@ -51,10 +51,14 @@ struct hak_os_stats {
 HAK_API void hak_os_stats_get(struct hak_os_stats *out);
 
 /* Statistics (docs/USING.md, "Statistics", says exactly what each figure
- * counts). The default build counts on slow paths only: the slab lanes'
- * figures are then at slab granularity. Built with -DHAKMEM_STATS=ON,
- * the fast paths also count every call, per size class. */
-enum { HAK_LANE_TINY = 0, HAK_LANE_MID = 1, HAK_LANE_LARGE = 2, HAK_LANES = 3 };
+ * counts). Three rows: the pool's blocks up to 1 KiB (the direct sizes),
+ * its other blocks (up to 256 KiB), the large lane. The default build
+ * counts on slow paths only: the pool's figures are then at slab
+ * granularity. Built with -DHAKMEM_FAST_COUNTERS=ON, the fast paths also
+ * count every call, per size class. */
+enum { HAK_LANE_DIRECT = 0, HAK_LANE_POOL = 1, HAK_LANE_LARGE = 2, HAK_LANES = 3 };
+/* Deprecated: the former names of HAK_LANE_DIRECT and HAK_LANE_POOL. */
+enum { HAK_LANE_TINY = HAK_LANE_DIRECT, HAK_LANE_MID = HAK_LANE_POOL };
 #define HAK_STATS_CLASSES 96
 enum {
   HAK_REFILL_CARVE,   /* a slab's free list refilled: fresh blocks carved */
@@ -68,16 +72,16 @@ enum {
 };
 
 struct hak_lane_stats {
-  size_t allocated;  /* cumulative bytes: tiny/mid: carved into blocks; large: blocks */
-  size_t freed;      /* cumulative bytes: tiny/mid: given back with emptied slabs; large: blocks */
+  size_t allocated;  /* cumulative bytes: pool rows: carved into blocks; large: blocks */
+  size_t freed;      /* cumulative bytes: pool rows: given back with emptied slabs; large: blocks */
   size_t current;    /* allocated - freed */
   size_t peak;       /* highest current so far */
-  size_t in_use;     /* bytes in blocks handed out now (tiny/mid: walked at the call) */
-  size_t allocs;     /* blocks allocated: large always, tiny/mid with HAKMEM_STATS */
+  size_t in_use;     /* bytes in blocks handed out now (pool rows: walked at the call) */
+  size_t allocs;     /* blocks allocated: large always, pool rows with HAKMEM_FAST_COUNTERS */
   size_t frees;      /* blocks freed: likewise */
 };
 
-struct hak_class_stats {  /* with HAKMEM_STATS; zero otherwise */
+struct hak_class_stats {  /* with HAKMEM_FAST_COUNTERS; zero otherwise */
   size_t size;            /* block size of the class */
   size_t allocs;          /* blocks handed out */
   size_t frees_local;     /* freed by the thread owning the slab */
@@ -85,7 +89,7 @@ struct hak_class_stats {  /* with HAKMEM_STATS; zero otherwise */
 };
 
 struct hak_stats {
-  int counters;                          /* 1: built with -DHAKMEM_STATS=ON */
+  int counters;                          /* 1: built with -DHAKMEM_FAST_COUNTERS=ON */
   struct hak_lane_stats lane[HAK_LANES]; /* HAK_LANE_* */
   size_t large_blocks;                   /* large blocks live now */
   size_t large_blocks_peak;
@@ -94,7 +98,7 @@ struct hak_stats {
   size_t cached_bytes;                   /* mapped, unused, kept for reuse (malloc_trim returns it) */
   size_t purged_bytes;                   /* cumulative bytes given back with madvise */
   struct hak_os_stats os;
-  /* with HAKMEM_STATS; zero otherwise: */
+  /* with HAKMEM_FAST_COUNTERS; zero otherwise: */
   size_t refills[HAK_REFILL_SOURCES];      /* slow-path events by source */
   size_t refill_blocks[HAK_REFILL_SOURCES]; /* blocks each brought (CARVE, LOCAL, REMOTE) */
   struct hak_class_stats cls[HAK_STATS_CLASSES];

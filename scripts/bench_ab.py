@@ -3,14 +3,14 @@
 workloads given on the command line (a benchmark binary and its arguments).
 
 Used to choose build constants and option defaults by measurement (the
-Pool limit, HAKMEM_ACE_MAX_MB; docs/DESIGN.md records the tables). Runs are
+pool limit, HAKMEM_LARGE_CACHE_MB; docs/PERFORMANCE.md records the tables). Runs are
 interleaved RUNS times; prints the median ops/s and the median peak RSS per
 variant and workload, and the OS call counts of one `strace -f -c` run.
 Uses scripts/bench.py for running and measuring.
 
   python3 scripts/bench_ab.py --runs 5 \\
       --variant p256=build/libhakmem.so --variant p1m=/tmp/p20/libhakmem.so \\
-      --variant 'hakmem-max16=build/libhakmem.so HAKMEM_ACE_MAX_MB=16' \\
+      --variant 'hakmem-max16=build/libhakmem.so HAKMEM_LARGE_CACHE_MB=16' \\
       --variant mimalloc --variant glibc \\
       --workload 'mid_large=build/bench/bench_mid_large 120000 64 42'
 

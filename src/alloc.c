@@ -3,7 +3,7 @@
 #include <dlfcn.h>
 #include <stdint.h>
 
-#include "internal.h"
+#include "fastpath.h"
 
 void *hak_malloc(size_t n) { return hm_malloc(n); }
 void hak_free(void *p) { hm_free(p); }
@@ -53,7 +53,7 @@ void *hak_calloc(size_t nmemb, size_t size) {
     errno = ENOMEM;
     return NULL;
   }
-  if (likely(n <= SMALL_MAX)) {
+  if (likely(n <= POOL_MAX)) {
     void *p = hm_malloc_small(n);
     if (p != NULL) memset(p, 0, n);
     return p;
@@ -84,9 +84,7 @@ void *hak_realloc(void *p, size_t n) {
   if (n <= old && (old <= 256 || n >= old / 2) && !sampled) return p;
   /* A move of more than 64 KiB goes to a pack when packs are on: the copy
    * touches every page it fills, and a pack reuses pages one by one, where
-   * a Pool block keeps them for good (bench_soak: the classes above 64 KiB
-   * grew from 28 to 37 MiB resident between 12 s and 60 s, every carved
-   * block turning dense as copies cycled through them). */
+   * a pool block keeps them for good (docs/DESIGN.md, "Large lane"). */
   void *q = n > REALLOC_PACK_MIN && hm_pack_enabled() ? hm_large_alloc(n, 0) : hm_malloc(n);
   if (q == NULL) return NULL; /* errno is ENOMEM; p is untouched */
   memcpy(q, p, n < old ? n : old);
@@ -111,7 +109,7 @@ static void *aligned_impl(size_t align, size_t n) {
   hm_ensure_init();
   if (hm_force_libc) return __libc_memalign(align, n);
   size_t need = n < align ? align : n;
-  if (need <= SMALL_MAX && align <= PAGE_SIZE_) {
+  if (need <= POOL_MAX && align <= HM_PAGE_SIZE) {
     unsigned c = hm_size_class(need);
     while (c < NUM_CLASSES && (hm_class_size[c] & (align - 1)) != 0) c++;
     if (c < NUM_CLASSES) return hm_alloc_class(c);
@@ -148,16 +146,16 @@ void *hak_memalign(size_t align, size_t n) {
   return aligned_impl(align, n);
 }
 
-void *hak_valloc(size_t n) { return aligned_impl(PAGE_SIZE_, n); }
+void *hak_valloc(size_t n) { return aligned_impl(HM_PAGE_SIZE, n); }
 
 void *hak_pvalloc(size_t n) {
   size_t r;
-  if (__builtin_add_overflow(n, PAGE_SIZE_ - 1, &r)) {
+  if (__builtin_add_overflow(n, HM_PAGE_SIZE - 1, &r)) {
     errno = ENOMEM;
     return NULL;
   }
-  r &= ~(size_t)(PAGE_SIZE_ - 1);
-  return aligned_impl(PAGE_SIZE_, r == 0 ? PAGE_SIZE_ : r);
+  r &= ~(size_t)(HM_PAGE_SIZE - 1);
+  return aligned_impl(HM_PAGE_SIZE, r == 0 ? HM_PAGE_SIZE : r);
 }
 
 int hak_malloc_trim(size_t pad) {

@@ -5,12 +5,9 @@
  * are reused before anything new is mapped, so a steady workload makes no
  * system calls. The cache of empty SuperSlabs is kept outside them (an
  * array, newest on top), so a whole SuperSlab, header included, can be given
- * back with madvise and adjacent ones in one call. Every OS call is counted
- * (slow paths only). */
-#include <fcntl.h>
+ * back with madvise and adjacent ones in one call. The OS calls themselves
+ * are os.c's. */
 #include <pthread.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "internal.h"
 
@@ -42,22 +39,15 @@ typedef struct {
 static region_t *regions;
 static size_t region_n, region_cap;
 
-static _Atomic size_t n_mmap, n_munmap, n_madvise, n_mremap, n_mmap_fail, committed, purged;
-static _Atomic size_t purged_total; /* cumulative bytes given back with madvise (the report) */
-static _Atomic size_t n_ss_alloc, n_ss_free, n_fallback, n_huge;
+static _Atomic size_t n_ss_alloc, n_ss_free, n_fallback, n_large_maps;
+/* Hooks (docs/DESIGN.md, "Hooks"): the large lane's, registered at start-up. */
+static size_t (*oom_release)(uint64_t min_idle_ns);
+static size_t (*untouched_hook)(void);
+
+void hm_backend_set_oom_release(size_t (*release)(uint64_t min_idle_ns)) { oom_release = release; }
+void hm_backend_set_untouched(size_t (*untouched)(void)) { untouched_hook = untouched; }
 
 static void *meta_alloc_locked(size_t size);
-
-static void *os_map_once(size_t len) {
-  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
-    atomic_fetch_add_explicit(&n_mmap_fail, 1, memory_order_relaxed);
-    return NULL;
-  }
-  atomic_fetch_add_explicit(&n_mmap, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&committed, len, memory_order_relaxed);
-  return p;
-}
 
 static int cmp_cached(const void *a, const void *b) {
   uintptr_t x = (uintptr_t)((const cached_t *)a)->ss, y = (uintptr_t)((const cached_t *)b)->ss;
@@ -119,73 +109,27 @@ size_t hm_backend_release_cached(void) {
 /* When the OS refuses (address-space limit), cached memory is given back
  * and the mapping tried once more. */
 static void *os_map_retry(size_t len, bool locked) {
-  void *p = os_map_once(len);
-  if (p == NULL && (locked ? release_cached_locked() : hm_backend_release_cached()) + hm_large_release(0) != 0) p = os_map_once(len);
+  void *p = hm_os_map(len);
+  if (p == NULL && (locked ? release_cached_locked() : hm_backend_release_cached()) + (oom_release != NULL ? oom_release(0) : 0) != 0)
+    p = hm_os_map(len);
   return p;
 }
 
 /* Only the large lane maps through here: each call is one span. */
-void *hm_os_map(size_t len) {
-  atomic_fetch_add_explicit(&n_huge, 1, memory_order_relaxed);
+void *hm_backend_map_span(size_t len) {
+  atomic_fetch_add_explicit(&n_large_maps, 1, memory_order_relaxed);
   return os_map_retry(len, false);
 }
 
-void hm_os_unmap(void *p, size_t len) {
-  if (len == 0) return;
-  munmap(p, len);
-  atomic_fetch_add_explicit(&n_munmap, 1, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&committed, len, memory_order_relaxed);
-}
-
-/* Give the pages of [p, p+len) back to the OS, keeping the mapping (the
- * range reads as zeros afterwards). Returns 0, or -1 if the OS refused. */
-int hm_os_purge(void *p, size_t len) {
-  if (len == 0) return 0;
-  if (madvise(p, len, MADV_DONTNEED) != 0) return -1;
-  atomic_fetch_add_explicit(&n_madvise, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&purged_total, len, memory_order_relaxed);
-  return 0;
-}
-
-size_t hm_backend_cached_resident(void) { return atomic_load_explicit(&cache_resident, memory_order_relaxed); }
-
-void hm_os_purged_add(size_t bytes) { atomic_fetch_add_explicit(&purged, bytes, memory_order_relaxed); }
-
-void hm_os_purged_sub(size_t bytes) {
-  if (bytes == 0) return;
-  atomic_fetch_sub_explicit(&purged, bytes, memory_order_relaxed);
-}
-
-size_t hm_os_resident_estimate(void) {
-  size_t c = atomic_load_explicit(&committed, memory_order_relaxed);
-  size_t p = atomic_load_explicit(&purged, memory_order_relaxed);
+size_t hm_backend_resident_estimate(void) {
+  size_t c = hm_os_committed();
+  size_t p = hm_os_purged_now();
   size_t untouched = atomic_load_explicit(&region_left, memory_order_relaxed);
-  untouched += hm_large_cached_clean(); /* cached large spans never used or given back */
+  if (untouched_hook != NULL) untouched += untouched_hook(); /* cached large spans never used or given back */
   return c > p + untouched ? c - p - untouched : 0;
 }
 
-#ifndef MREMAP_DONTUNMAP
-#define MREMAP_DONTUNMAP 4
-#endif
-void *hm_os_move_pages(void *p, size_t len) {
-  void *q = mremap(p, len, len, MREMAP_MAYMOVE | MREMAP_DONTUNMAP);
-  if (q == MAP_FAILED) return NULL;
-  atomic_fetch_add_explicit(&n_mremap, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&committed, len, memory_order_relaxed); /* the old range stays mapped */
-  return q;
-}
-
-/* Resize a mapping, moving it if may_move; NULL if the OS refused. */
-void *hm_os_remap(void *p, size_t old_len, size_t new_len, bool may_move) {
-  void *q = mremap(p, old_len, new_len, may_move ? MREMAP_MAYMOVE : 0);
-  if (q == MAP_FAILED) return NULL;
-  atomic_fetch_add_explicit(&n_mremap, 1, memory_order_relaxed);
-  if (new_len >= old_len)
-    atomic_fetch_add_explicit(&committed, new_len - old_len, memory_order_relaxed);
-  else
-    atomic_fetch_sub_explicit(&committed, old_len - new_len, memory_order_relaxed);
-  return q;
-}
+size_t hm_backend_cached_resident(void) { return atomic_load_explicit(&cache_resident, memory_order_relaxed); }
 
 /* Map len bytes aligned to SS_SIZE: over-map and trim both ends. */
 static void *os_map_aligned(size_t len) {
@@ -282,13 +226,9 @@ void hm_backend_ss_free(superslab_t *ss) {
   atomic_fetch_add_explicit(&cache_resident, SS_SIZE - was_purged, memory_order_relaxed);
   hm_reg_set((uintptr_t)ss, REG_SS_CACHED);
   pthread_mutex_unlock(&backend_lock);
-  if (hm_purge_mode == PURGE_EAGER) {
+  if (hm_purge_unused_now(now)) {
     uint64_t next = UINT64_MAX;
     hm_backend_purge_cached(now, 0, SIZE_MAX, &next);
-  } else if (hm_purge_mode == PURGE_OFF) {
-    hm_purge_count_disabled();
-  } else {
-    hm_purge_note_idle(now);
   }
 }
 
@@ -365,7 +305,7 @@ void hm_backend_ss_counts(struct hm_ss_counts *out) {
   out->ss_alloc = atomic_load_explicit(&n_ss_alloc, memory_order_relaxed);
   out->ss_free = atomic_load_explicit(&n_ss_free, memory_order_relaxed);
   out->fallback_mmap = atomic_load_explicit(&n_fallback, memory_order_relaxed);
-  out->huge_alloc = atomic_load_explicit(&n_huge, memory_order_relaxed);
+  out->large_maps = atomic_load_explicit(&n_large_maps, memory_order_relaxed);
 }
 
 /* Metadata (thread heaps, the cache and region arrays): bump allocation
@@ -410,40 +350,6 @@ size_t hm_backend_cached_bytes(void) {
   return bytes;
 }
 
-/* Resident bytes of [p, p+len) (p page aligned): the report's breakdown of
- * where the RSS is. A page the program only read maps the kernel's shared
- * zero page, which mincore calls resident and RSS does not count (a realloc
- * copying a block written at its two ends reads every page between: the
- * breakdown then showed tens of MiB that were not there). /proc/self/pagemap
- * tells them apart without privileges: a page of our own is mapped by this
- * process alone (bit 56), the zero page never is. So are pages shared with
- * a forked parent or child until one of them writes them, which RSS counts
- * and this does not. mincore if pagemap cannot be read. Opened per call, so
- * that no descriptor of ours outlives the report. */
-size_t hm_os_resident(const void *p, size_t len) {
-  enum { CHUNK = 512 };
-  size_t pages = 0;
-  int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-  for (size_t off = 0; off < len; off += (size_t)CHUNK * PAGE_SIZE_) {
-    size_t n = (len - off + PAGE_SIZE_ - 1) / PAGE_SIZE_;
-    if (n > CHUNK) n = CHUNK;
-    const char *a = (const char *)p + off;
-    if (fd >= 0) {
-      uint64_t ent[CHUNK];
-      if (pread(fd, ent, n * sizeof ent[0], (off_t)((uintptr_t)a / PAGE_SIZE_ * sizeof ent[0])) ==
-          (ssize_t)(n * sizeof ent[0])) {
-        for (size_t i = 0; i < n; i++) pages += (ent[i] >> 63) & (ent[i] >> 56) & 1u; /* present, exclusive */
-        continue;
-      }
-    }
-    unsigned char vec[CHUNK];
-    if (mincore((void *)a, n * PAGE_SIZE_, vec) != 0) continue;
-    for (size_t i = 0; i < n; i++) pages += vec[i] & 1u;
-  }
-  if (fd >= 0) close(fd);
-  return pages * PAGE_SIZE_;
-}
-
 /* Resident bytes of the cached empty SuperSlabs. */
 size_t hm_backend_cached_resident_now(void) {
   pthread_mutex_lock(&backend_lock);
@@ -453,19 +359,6 @@ size_t hm_backend_cached_resident_now(void) {
   return bytes;
 }
 
-size_t hm_os_purged_bytes(void) { return atomic_load_explicit(&purged_total, memory_order_relaxed); }
-
 void hm_backend_fork_prepare(void) { pthread_mutex_lock(&backend_lock); }
 void hm_backend_fork_parent(void) { pthread_mutex_unlock(&backend_lock); }
 void hm_backend_fork_child(void) { pthread_mutex_init(&backend_lock, NULL); }
-
-void hak_os_stats_get(struct hak_os_stats *out) {
-  if (out == NULL) return;
-  out->mmap_calls = atomic_load_explicit(&n_mmap, memory_order_relaxed);
-  out->munmap_calls = atomic_load_explicit(&n_munmap, memory_order_relaxed);
-  out->madvise_calls = atomic_load_explicit(&n_madvise, memory_order_relaxed);
-  out->mremap_calls = atomic_load_explicit(&n_mremap, memory_order_relaxed);
-  out->mmap_failures = atomic_load_explicit(&n_mmap_fail, memory_order_relaxed);
-  out->committed_bytes = atomic_load_explicit(&committed, memory_order_relaxed);
-  out->purged_bytes = atomic_load_explicit(&purged, memory_order_relaxed);
-}

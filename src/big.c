@@ -21,15 +21,13 @@
  * needs them) and given back in one madvise: the largest such top among
  * the heap's classes, and at most one call per HAKMEM_BIG_IDLE_SPACING_MS
  * (20 s; 0: never) in the whole process. That bound keeps the syscall
- * budget (one call per 10^8 operations; bench_random_mixed with blocks to
- * 1 MiB runs 5-6 million a second) for a working set whose rare peaks keep
- * coming back: giving back each block once it went idle for a period made
- * 11-13 madvise calls in 60 million operations. HAKMEM_PURGE=off never
+ * budget for a working set whose rare peaks keep coming back (docs/DESIGN.md,
+ * "Memory given back"). HAKMEM_PURGE=off never
  * looks either; a thread that stops allocating big blocks stops looking.
  *
  * hak_collect and malloc_trim give back the pages of every free block of
  * the calling thread's big slabs but its first (hm_big_collect). */
-#include "internal.h"
+#include "heap.h"
 
 #define BIG_TICK_EVERY 32
 #define BIG_STAMP_OFF 64 /* bytes: past the list link, the free tag, secure mode's pattern */
@@ -151,8 +149,8 @@ size_t hm_big_collect(heap_t *h) {
     for (unsigned k = 0; k < 2; k++)
       for (block_t *b = lists[k]; b != NULL; b = hm_next_get(s, b)) {
         if (stamp_get(b) == STAMP_COLLECTED) continue;
-        uintptr_t from = ((uintptr_t)b + BIG_STAMP_OFF + sizeof(uint64_t) + PAGE_SIZE_ - 1) & ~(uintptr_t)(PAGE_SIZE_ - 1);
-        uintptr_t to = ((uintptr_t)b + s->block_size) & ~(uintptr_t)(PAGE_SIZE_ - 1);
+        uintptr_t from = ((uintptr_t)b + BIG_STAMP_OFF + sizeof(uint64_t) + HM_PAGE_SIZE - 1) & ~(uintptr_t)(HM_PAGE_SIZE - 1);
+        uintptr_t to = ((uintptr_t)b + s->block_size) & ~(uintptr_t)(HM_PAGE_SIZE - 1);
         if (to > from) {
           if (hm_os_purge((void *)from, to - from) != 0) continue; /* (the next collect tries again) */
           bytes += to - from;

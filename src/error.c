@@ -1,73 +1,30 @@
-/* Errors: one line on stderr, then abort (or, for misuse under
- * HAKMEM_ON_ERROR=warn, return). Never allocates: the heap may be what is
- * broken. */
+/* Errors: one line on stderr, then abort; misuse reports (invalid and
+ * double frees: misuse.c, large.c), which HAKMEM_ON_ERROR=warn turns into
+ * a warning. Never allocates: the heap may be what is broken. */
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "internal.h"
 
-void hm_write_fd(int fd, const char *s) {
-  size_t n = strlen(s);
-  while (n > 0) {
-    ssize_t w = write(fd, s, n);
-    if (w <= 0) {
-      if (w < 0 && errno == EINTR) continue;
-      return;
-    }
-    s += w;
-    n -= (size_t)w;
-  }
-}
-
-void hm_write_str(const char *s) { hm_write_fd(2, s); }
-
-/* Decimal text of v; out holds at least 21 characters. */
-void hm_format_dec(char *out, long v) {
-  char tmp[24];
-  int n = 0;
-  unsigned long u = v < 0 ? 0ul - (unsigned long)v : (unsigned long)v;
-  do {
-    tmp[n++] = (char)('0' + u % 10);
-    u /= 10;
-  } while (u != 0);
-  if (v < 0) *out++ = '-';
-  while (n > 0) *out++ = tmp[--n];
-  *out = '\0';
-}
-
-static void format_hex(char *out, uintptr_t v) {
-  static const char digits[] = "0123456789abcdef";
-  char tmp[2 * sizeof v];
-  int n = 0;
-  do {
-    tmp[n++] = digits[v & 15];
-    v >>= 4;
-  } while (v != 0);
-  *out++ = '0';
-  *out++ = 'x';
-  while (n > 0) *out++ = tmp[--n];
-  *out = '\0';
-}
-
-static void write_error(const char *what, const void *p, const char *reason) {
-  char hex[2 + 2 * sizeof(uintptr_t) + 1];
-  hm_write_str("hakmem: error: ");
-  hm_write_str(what);
+void hm_write_error(const char *what, const void *p, const char *reason) {
+  hm_line_t o;
+  hm_line_init(&o, NULL, 2);
+  hm_line_put(&o, "hakmem: error: ");
+  hm_line_put(&o, what);
   if (p != NULL || reason == NULL) {
-    format_hex(hex, (uintptr_t)p);
-    hm_write_str(" of ");
-    hm_write_str(hex);
+    hm_line_put(&o, " of ");
+    hm_line_hex(&o, (uintptr_t)p);
   }
   if (reason != NULL) {
-    hm_write_str(" (");
-    hm_write_str(reason);
-    hm_write_str(")");
+    hm_line_put(&o, " (");
+    hm_line_put(&o, reason);
+    hm_line_put(&o, ")");
   }
-  hm_write_str("\n");
+  hm_line_put(&o, "\n");
+  hm_line_flush(&o);
 }
 
 void hm_fatal(const char *what, const void *p, const char *reason) {
-  write_error(what, p, reason);
+  hm_write_error(what, p, reason);
   abort();
 }
 
@@ -75,6 +32,19 @@ void hm_fatal(const char *what, const void *p, const char *reason) {
  * double free): HAKMEM_ON_ERROR=warn prints and returns, abort aborts. */
 void hm_misuse(const char *what, const void *p, const char *reason) {
   hm_ensure_init();
-  write_error(what, p, reason);
+  hm_write_error(what, p, reason);
   if (hm_opt[HM_OPT_ON_ERROR] != HM_ON_ERROR_WARN) abort();
 }
+
+static const char *const op_prefix[] = {"", "realloc: ", "malloc_usable_size: "};
+
+static void report(const char *what, const void *p, int op, const char *reason) {
+  char buf[160] = "";
+  hm_str_append(buf, sizeof buf, op_prefix[op]);
+  hm_str_append(buf, sizeof buf, reason);
+  hm_misuse(what, p, buf);
+}
+
+void hm_report_invalid(const void *p, int op, const char *reason) { report("invalid free", p, op, reason); }
+void hm_report_double(const void *p, int op, const char *reason) { report("double free", p, op, reason); }
+

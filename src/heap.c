@@ -19,13 +19,14 @@
  * reads on its slow path. */
 #include <pthread.h>
 
-#include "internal.h"
+#include "heap.h"
+#include "list.h"
 
 
 static const uint8_t kind_shift[NUM_KINDS] = {16, 19, 21}; /* 64 KiB, 512 KiB, 2 MiB */
 
 slab_t hm_empty_slab;
-heap_t hm_empty_heap = {.direct = {[0 ... TINY_MAX / 16] = &hm_empty_slab},
+heap_t hm_empty_heap = {.direct = {[0 ... DIRECT_MAX / 16] = &hm_empty_slab},
                          .cur = {[0 ... NUM_CLASSES - 1] = &hm_empty_slab}};
 _Static_assert(offsetof(heap_t, fc_stand_in) + sizeof(slab_t) <= UINT16_MAX, "foreign cache offsets fit fc_off");
 #define FC_STAND_IN ((uint16_t)offsetof(heap_t, fc_stand_in))
@@ -38,16 +39,16 @@ static heap_t *heap_pool;                  /* heaps of exited threads, for reuse
 static superslab_t *abandoned[NUM_KINDS];  /* SuperSlabs of exited threads */
 static pthread_key_t heap_key;             /* its destructor runs at thread exit */
 
-/* The direct[] granules of each class: [tiny_gran[c], tiny_gran[c + 1])
- * for a tiny class c, an empty range for the others (set up at start-up
- * from hm_tiny_class). */
-static uint8_t tiny_gran[NUM_CLASSES + 1];
+/* The direct[] granules of each class: [direct_gran[c], direct_gran[c + 1])
+ * for a class of direct sizes c, an empty range for the others (set up at start-up
+ * from hm_direct_class). */
+static uint8_t direct_gran[NUM_CLASSES + 1];
 
-/* Make s the current slab of class c, in cur[] and, for a tiny class, in
+/* Make s the current slab of class c, in cur[] and, for a class of direct sizes, in
  * every direct[] granule of that class. */
 static void heap_set_cur(heap_t *h, unsigned c, slab_t *s) {
   h->cur[c] = s;
-  for (unsigned g = tiny_gran[c], end = tiny_gran[c + 1]; g < end; g++) h->direct[g] = s;
+  for (unsigned g = direct_gran[c], end = direct_gran[c + 1]; g < end; g++) h->direct[g] = s;
 }
 
 /* ---- lists ------------------------------------------------------------- */
@@ -57,19 +58,11 @@ static void heap_set_cur(heap_t *h, unsigned c, slab_t *s) {
  * free would hand out one block and be switched away from at once.) */
 static void avail_push(heap_t *h, slab_t *s) {
   s->in_use = SLAB_LISTED;
-  s->next = NULL;
-  s->prev = h->avail_tail[s->cls];
-  if (s->prev != NULL) s->prev->next = s;
-  else h->avail[s->cls] = s;
-  h->avail_tail[s->cls] = s;
+  HM_QUEUE_PUSH_TAIL(h->avail[s->cls], h->avail_tail[s->cls], s, next, prev);
 }
 
 static void avail_unlink(heap_t *h, slab_t *s) {
-  if (s->prev != NULL) s->prev->next = s->next;
-  else h->avail[s->cls] = s->next;
-  if (s->next != NULL) s->next->prev = s->prev;
-  else h->avail_tail[s->cls] = s->prev;
-  s->next = s->prev = NULL;
+  HM_QUEUE_UNLINK(h->avail[s->cls], h->avail_tail[s->cls], s, next, prev);
   s->in_use = SLAB_ACTIVE;
 }
 
@@ -82,17 +75,11 @@ static void avail_unlink(heap_t *h, slab_t *s) {
  * handed out from, and the frees stayed spread over all of them. */
 static void sparse_push(heap_t *h, slab_t *s) {
   s->in_use = SLAB_SPARSE;
-  s->prev = NULL;
-  s->next = h->sparse[s->cls];
-  if (s->next != NULL) s->next->prev = s;
-  h->sparse[s->cls] = s;
+  HM_LIST_PUSH(h->sparse[s->cls], s, next, prev);
 }
 
 static void sparse_unlink(heap_t *h, slab_t *s) {
-  if (s->prev != NULL) s->prev->next = s->next;
-  else h->sparse[s->cls] = s->next;
-  if (s->next != NULL) s->next->prev = s->prev;
-  s->next = s->prev = NULL;
+  HM_LIST_UNLINK(h->sparse[s->cls], s, next, prev);
   s->in_use = SLAB_ACTIVE;
 }
 
@@ -104,32 +91,20 @@ static bool slab_is_sparse(const slab_t *s) { return (uint32_t)s->used * 4u < s-
 
 static void partial_push(heap_t *h, superslab_t *ss) {
   ss->on_partial = 1;
-  ss->prev = NULL;
-  ss->next = h->partial[ss->kind];
-  if (ss->next != NULL) ss->next->prev = ss;
-  h->partial[ss->kind] = ss;
+  HM_LIST_PUSH(h->partial[ss->kind], ss, next, prev);
 }
 
 static void partial_unlink(heap_t *h, superslab_t *ss) {
-  if (ss->prev != NULL) ss->prev->next = ss->next;
-  else h->partial[ss->kind] = ss->next;
-  if (ss->next != NULL) ss->next->prev = ss->prev;
-  ss->next = ss->prev = NULL;
+  HM_LIST_UNLINK(h->partial[ss->kind], ss, next, prev);
   ss->on_partial = 0;
 }
 
 static void all_push(heap_t *h, superslab_t *ss) {
-  ss->all_prev = NULL;
-  ss->all_next = h->all;
-  if (ss->all_next != NULL) ss->all_next->all_prev = ss;
-  h->all = ss;
+  HM_LIST_PUSH(h->all, ss, all_next, all_prev);
 }
 
 static void all_unlink(heap_t *h, superslab_t *ss) {
-  if (ss->all_prev != NULL) ss->all_prev->all_next = ss->all_next;
-  else h->all = ss->all_next;
-  if (ss->all_next != NULL) ss->all_next->all_prev = ss->all_prev;
-  ss->all_next = ss->all_prev = NULL;
+  HM_LIST_UNLINK(h->all, ss, all_next, all_prev);
 }
 
 static uint32_t ss_all_mask(const superslab_t *ss) {
@@ -319,11 +294,8 @@ static void slab_collect_remote(slab_t *s) {
  * KiB, 64 KiB's worth, and at least one) of fresh blocks: memory is
  * touched only as it is needed. Each gets the free tag (and in secure mode
  * the fill pattern), and secure mode links them in random order (at most a
- * page's worth at a time). (Four blocks at a time carved a quarter to a
- * megabyte of a class's 2 MiB slab of blocks above 64 KiB, which a thread
- * may hold one or two of: bench_soak's slabs of those classes held 37 MiB
- * carved for 12-15 MiB in use, made resident in time by the program's
- * writes, and its RSS crept by that; 28-30 MiB with one at a time.) */
+ * page's worth at a time). (A fixed number of blocks at a time carves too
+ * much of the big slabs: docs/DESIGN.md, "Slabs".) */
 #define CARVE_LEAST_BYTES ((uint32_t)64 << 10)
 static void slab_carve(slab_t *s) {
   uint32_t bs = s->block_size;
@@ -335,8 +307,8 @@ static void slab_carve(slab_t *s) {
   char *p = hm_slab_start(s) + (size_t)s->carved * bs;
   block_t *list = s->free;
 #ifdef HAKMEM_SECURE
-  if (n > PAGE_SIZE_ / 16) n = PAGE_SIZE_ / 16;
-  uint32_t order[PAGE_SIZE_ / 16];
+  if (n > HM_PAGE_SIZE / 16) n = HM_PAGE_SIZE / 16;
+  uint32_t order[HM_PAGE_SIZE / 16];
   for (uint32_t i = 0; i < n; i++) order[i] = i;
   hm_secure_shuffle(order, n);
 #define CARVE_AT(i) order[i]
@@ -371,7 +343,7 @@ static bool slab_refill(slab_t *s) {
     return true;
   }
   if (atomic_load_explicit(hm_slab_remote(s), memory_order_relaxed) > REMOTE_NOTIFY) {
-#ifdef HAKMEM_STATS
+#if HM_FAST_COUNTERS
     uint32_t used = s->used;
 #endif
     slab_collect_remote(s);
@@ -384,7 +356,7 @@ static bool slab_refill(slab_t *s) {
 /* Make s->free non-empty from s's uncarved part, if it has one. */
 static bool slab_refill_carve(slab_t *s) {
   if (s->carved < s->capacity) {
-#ifdef HAKMEM_STATS
+#if HM_FAST_COUNTERS
     uint32_t carved = s->carved;
 #endif
     slab_carve(s);
@@ -580,7 +552,7 @@ static void heap_release_emptied_cur(heap_t *h, unsigned kind) {
  * the kind is resident, other classes' spares, and their current slabs
  * left empty and untouched since the last look, go back first: a program
  * moving on from one size to the next reuses their memory, already
- * resident, instead of touching more (bench_tiny), without waiting for a
+ * resident, instead of touching more, without waiting for a
  * purge step. (Only then: released slabs left unused are given back by
  * purge steps, and a steady workload must make no system call.) */
 static slab_t *heap_new_slab(heap_t *h, unsigned c) {
@@ -633,7 +605,7 @@ static void *heap_alloc(heap_t *h, unsigned c) {
   slab_t *s = h->cur[c];
   /* cur[c] still names s, which has nothing left (listed, FULL or the dry
    * foreign cache): set to the empty slab only where something between may
-   * look (and not at all when the next slab follows at once: for a tiny
+   * look (and not at all when the next slab follows at once: for a direct
    * class that is up to four stores) */
   bool stale = false;
   for (;;) {
@@ -717,18 +689,17 @@ static void heap_key_destructor(void *v) {
 }
 
 void hm_heap_process_init(void) {
-  unsigned g = TINY_MAX / 16 + 1;
-  for (unsigned c = NUM_CLASSES + 1; c-- > 0;) { /* a class's first granule; past the tiny ones, the end */
-    while (g > 0 && c < NUM_CLASSES && hm_tiny_class[g - 1] == c) g--;
-    tiny_gran[c] = (uint8_t)g;
+  unsigned g = DIRECT_MAX / 16 + 1;
+  for (unsigned c = NUM_CLASSES + 1; c-- > 0;) { /* a class's first granule; past the direct ones, the end */
+    while (g > 0 && c < NUM_CLASSES && hm_direct_class[g - 1] == c) g--;
+    direct_gran[c] = (uint8_t)g;
   }
   pthread_key_create(&heap_key, heap_key_destructor);
 }
 
 /* Blocks a heap caches per class from other threads' slabs: a byte budget
- * (HAKMEM_FOREIGN_CACHE_KB), at least one block unless the cache is off.
- * (A floor of 8 blocks let two threads trading blocks of the 16 classes
- * above 64 KiB hold up to 20 MiB each in their caches: bench_soak.) */
+ * (HAKMEM_FOREIGN_CACHE_KB), at least one block unless the cache is off
+ * (a floor in blocks would let the large classes hold megabytes). */
 static uint32_t foreign_cap(unsigned c) {
   if (hm_opt[HM_OPT_FOREIGN_CACHE_KB] == 0) return 0;
   uint64_t n = ((uint64_t)hm_opt[HM_OPT_FOREIGN_CACHE_KB] << 10) / hm_class_size[c];
@@ -775,7 +746,7 @@ static heap_t *heap_for_thread(void) {
   pthread_mutex_unlock(&heap_lock);
   if (h == NULL) {
     if ((h = hm_meta_alloc(sizeof(heap_t))) == NULL) return NULL;
-#ifdef HAKMEM_STATS
+#if HM_FAST_COUNTERS
     hm_stats_heap_new(h);
 #endif
   }
@@ -919,8 +890,8 @@ void *hm_alloc_class(unsigned c) {
  * class's spare, if the class has none and its slabs are 64 KiB ones.
  * Released, it would go back to its SuperSlab, marked unused (a clock read
  * and four atomic operations), and be taken back the next time the current
- * slab runs dry: bench_tiny's 768-byte round of 100 blocks, 85 to a slab,
- * did that every round (+16-18% with the spare).
+ * slab runs dry: a class cycling through two slabs did that every round
+ * (docs/DESIGN.md, "Slabs").
  * Only small slabs: a spare stays its thread's until the thread's next
  * look (release_if_idle), and the larger blocks' programs touch more
  * memory per slab taken than taking it costs. */
@@ -1000,7 +971,7 @@ static void foreign_overflow(slab_t *f) {
 static void free_to_slab(heap_t *h, superslab_t *ss, block_t *b) {
   slab_t *s = hm_slab_of(ss, b);
   if (h != &hm_empty_heap) HM_STAT_ADD(h, free_remote[s->cls], 1);
-#ifdef HAKMEM_STATS
+#if HM_FAST_COUNTERS
   else hm_stats_free_without_heap(s->cls);
 #endif
   remote_push(ss, s, b, b);
@@ -1284,7 +1255,7 @@ void hm_ss_in_use(superslab_t *ss, size_t in_use[2]) {
     if (cls >= NUM_CLASSES) continue;
     size_t used = __atomic_load_n(&s->used, __ATOMIC_RELAXED);
     if (__atomic_load_n(&s->in_use, __ATOMIC_RELAXED) == SLAB_FULL) used = s->capacity; /* (biased while FULL) */
-    in_use[hm_class_size[cls] <= TINY_MAX ? HM_LANE_TINY : HM_LANE_MID] += used * hm_class_size[cls];
+    in_use[hm_class_size[cls] <= DIRECT_MAX ? HM_LANE_DIRECT : HM_LANE_POOL] += used * hm_class_size[cls];
   }
 }
 

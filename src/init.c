@@ -9,7 +9,6 @@
 
 #include "internal.h"
 
-int hm_force_libc;
 _Atomic int hm_init_state;
 
 static void fork_prepare(void) {
@@ -17,7 +16,7 @@ static void fork_prepare(void) {
   hm_purge_fork_prepare();
   hm_heap_fork_prepare();
   hm_backend_fork_prepare();
-  hm_large_fork_prepare(); /* after the backend's: its OOM retry takes the lane's lock */
+  hm_large_fork_prepare(); /* after the backend's: its OOM hook takes the lane's lock */
 }
 static void fork_parent(void) {
   hm_large_fork_parent();
@@ -40,8 +39,12 @@ void hm_init_slow(void) {
     hm_options_init();
     if (hm_opt[HM_OPT_VERBOSE]) hm_options_print_config();
     hm_force_libc = (int)hm_opt[HM_OPT_FORCE_LIBC_ALLOC];
-    hm_misuse_init();
+    hm_secure_init();
     hm_purge_init();
+    /* the hooks (docs/DESIGN.md, "Hooks") */
+    hm_backend_set_oom_release(hm_large_release);
+    hm_backend_set_untouched(hm_large_cached_clean);
+    hm_purge_start();
     hm_heap_process_init();
     hm_big_init();
     hm_prof_init();

@@ -1,6 +1,6 @@
 /* Misuse detection: invalid and double frees (docs/SECURITY.md).
  *
- * The fast path of free (internal.h, hm_block_mark_free) only checks that p
+ * The fast path of free (block.h, hm_block_mark_free) only checks that p
  * is a carved block boundary of its slab and that the block's second word
  * does not hold the free tag. Whatever fails that comes here, as do realloc
  * and malloc_usable_size, which check the same before using a block:
@@ -10,41 +10,10 @@
  *     and only for slabs none of whose blocks went into another thread's
  *     foreign cache, which the scan cannot see: no other thread may walk
  *     those lists; otherwise the tag decides: a program cannot hold it by
- *     chance, internal.h has why).
- * Reports go through hm_misuse: abort, or print and leave the block alone
- * under HAKMEM_ON_ERROR=warn. */
-#include "internal.h"
-
-#ifdef HAKMEM_SECURE
-uintptr_t hm_free_tag;
-#endif
-
-/* At start-up, before any block exists. */
-void hm_misuse_init(void) {
-#ifdef HAKMEM_SECURE
-  hm_free_tag = (uintptr_t)hm_random_u64() | 1;
-  hm_fill_lane = _mm_set1_epi64x((long long)hm_free_tag);
-#endif
-}
-
-static const char *const op_prefix[] = {"", "realloc: ", "malloc_usable_size: "};
-
-/* Copies src after dst's text, within cap bytes. */
-static void append(char *dst, size_t cap, const char *src) {
-  size_t n = strlen(dst);
-  while (*src != '\0' && n + 1 < cap) dst[n++] = *src++;
-  dst[n] = '\0';
-}
-
-static void report(const char *what, const void *p, int op, const char *reason) {
-  char buf[160] = "";
-  append(buf, sizeof buf, op_prefix[op]);
-  append(buf, sizeof buf, reason);
-  hm_misuse(what, p, buf);
-}
-
-void hm_report_invalid(const void *p, int op, const char *reason) { report("invalid free", p, op, reason); }
-void hm_report_double(const void *p, int op, const char *reason) { report("double free", p, op, reason); }
+ *     chance, block.h has why).
+ * Reports go through error.c's hm_report_*: abort, or print and leave the
+ * block alone under HAKMEM_ON_ERROR=warn. */
+#include "heap.h"
 
 /* Why p, in slab s's SuperSlab, is not a block hakmem handed out. */
 static const char *ss_reason(const slab_t *s, const void *p, char *buf, size_t cap) {
@@ -55,13 +24,13 @@ static const char *ss_reason(const slab_t *s, const void *p, char *buf, size_t c
   if (idx >= carved) return "not a block hakmem handed out";
   char num[24];
   buf[0] = '\0';
-  append(buf, cap, (a & 15) != 0 ? "unaligned pointer: byte " : "interior pointer: byte ");
+  hm_str_append(buf, cap, (a & 15) != 0 ? "unaligned pointer: byte " : "interior pointer: byte ");
   hm_format_dec(num, (long)off);
-  append(buf, cap, num);
-  append(buf, cap, " of a ");
+  hm_str_append(buf, cap, num);
+  hm_str_append(buf, cap, " of a ");
   hm_format_dec(num, (long)s->block_size);
-  append(buf, cap, num);
-  append(buf, cap, "-byte block");
+  hm_str_append(buf, cap, num);
+  hm_str_append(buf, cap, "-byte block");
   return buf;
 }
 

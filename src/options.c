@@ -29,7 +29,22 @@ long hm_opt[HM_OPT_COUNT] = {
 #undef HM_OPTION
 };
 
+int hm_force_libc; /* set at start-up (init.c) */
 static unsigned char opt_set[HM_OPT_COUNT]; /* given in the environment */
+
+/* Former names, still read when the option's own name is not set
+ * (docs/DESIGN.md, "Glossary"). */
+static const struct {
+  int id;
+  const char *name;
+} aliases[] = {{HM_OPT_LARGE_CACHE_MB, "HAKMEM_ACE_MAX_MB"}, {HM_OPT_LARGE_TRACE, "HAKMEM_ACE_TRACE"}};
+
+static const char *option_value(int id) {
+  const char *v = getenv(rows[id].name);
+  for (size_t k = 0; (v == NULL || *v == '\0') && k < sizeof aliases / sizeof aliases[0]; k++)
+    if (aliases[k].id == id) v = getenv(aliases[k].name);
+  return v;
+}
 
 /* Index of v among the '|'-separated choices, or -1. */
 static long choice_index(const char *choices, const char *v) {
@@ -94,7 +109,7 @@ static void warn_bad(const struct option_row *r, const char *v) {
 void hm_options_init(void) {
   for (int i = 0; i < HM_OPT_COUNT; i++) {
     const struct option_row *r = &rows[i];
-    const char *v = getenv(r->name);
+    const char *v = option_value(i);
     if (v == NULL || *v == '\0') continue;
     long x;
     int ok;
@@ -156,7 +171,7 @@ void hak_options_write(int fd) {
 void hm_options_print_config(void) {
   char cur[48];
   hm_write_str("hakmem: configuration (statistics counters ");
-  hm_write_str(HM_STATS_BUILD ? "on" : "off");
+  hm_write_str(HM_FAST_COUNTERS ? "on" : "off");
   hm_write_str(", invariant checks ");
   hm_write_str(hak_debug_build() ? "on" : "off");
   hm_write_str("):\n");

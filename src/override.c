@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <malloc.h>
 
-#include "internal.h"
+#include "fastpath.h"
 
 #define EXPORT __attribute__((visibility("default")))
 

@@ -1,10 +1,10 @@
-/* Packed large blocks: blocks above the Pool limit up to PACK_MAX, several
+/* Packed large blocks: blocks above the pool limit up to PACK_MAX, several
  * to a 2 MiB chunk at page granularity, so that the large lane's resident
  * memory follows its live blocks instead of costing a 2 MiB span each
  * (docs/DESIGN.md, "Large lane").
  *
  * A pack is one 2 MiB-aligned chunk taken from the large lane's span cache
- * (ace.c) and marked REG_LARGE_PACK in the registry. Its first page is the
+ * (large.c) and marked REG_LARGE_PACK in the registry. Its first page is the
  * header (below); blocks take runs of the other 511 pages. Allocation takes
  * the lowest pack with a long enough free run, and in it the shortest such
  * run (free runs coalesce by construction: they are the clear bits of
@@ -32,7 +32,7 @@
 
 #if HM_GUARD_SIZE == 0
 
-#define PACK_PAGES (SS_SIZE / PAGE_SIZE_)   /* 512; page 0 is the header */
+#define PACK_PAGES (SS_SIZE / HM_PAGE_SIZE)   /* 512; page 0 is the header */
 #define PACK_WORDS (PACK_PAGES / 64)
 #define PACK_SLOTS 4096                     /* packs at most (8 GiB); then spans */
 #define PURGE_BATCH 64                      /* runs given back per step and lock hold */
@@ -49,7 +49,7 @@ typedef struct pack {
   uint32_t slot;               /* its index in packs[] */
   uint16_t pages[PACK_PAGES];  /* a live block's length in pages, at its first page */
 } pack_t;
-_Static_assert(sizeof(pack_t) <= PAGE_SIZE_, "the header fits the pack's first page");
+_Static_assert(sizeof(pack_t) <= HM_PAGE_SIZE, "the header fits the pack's first page");
 
 static pthread_mutex_t pack_lock = PTHREAD_MUTEX_INITIALIZER;
 static pack_t *packs[PACK_SLOTS];       /* by address */
@@ -132,7 +132,7 @@ static unsigned bits_prev_set(const uint64_t *m, unsigned i) {
 
 /* ---- one pack (lock held) ---------------------------------------------------- */
 
-static char *page_addr(pack_t *p, unsigned i) { return (char *)p + ((size_t)i * PAGE_SIZE_); }
+static char *page_addr(pack_t *p, unsigned i) { return (char *)p + ((size_t)i * HM_PAGE_SIZE); }
 
 static unsigned longest_run(const pack_t *p) {
   unsigned best = 0;
@@ -201,7 +201,7 @@ HM_INLINE unsigned span_apply(pack_t *p, unsigned s, unsigned k, enum span_op op
  * purge. Returns how many of them may have been resident. */
 HM_INLINE unsigned take_pages(pack_t *p, unsigned s, unsigned k, bool block) {
   unsigned clean = span_apply(p, s, k, block ? TAKE_BLOCK : TAKE_RUN);
-  if (clean != 0) atomic_fetch_sub_explicit(&clean_free, (size_t)clean * PAGE_SIZE_, memory_order_relaxed);
+  if (clean != 0) atomic_fetch_sub_explicit(&clean_free, (size_t)clean * HM_PAGE_SIZE, memory_order_relaxed);
   p->free_pages -= k;
   return k - clean;
 }
@@ -209,7 +209,7 @@ HM_INLINE unsigned take_pages(pack_t *p, unsigned s, unsigned k, bool block) {
 /* Pages [s, s+k) of p become free. */
 static void give_pages(pack_t *p, unsigned s, unsigned k) {
   unsigned clean = span_apply(p, s, k, GIVE);
-  if (clean != 0) atomic_fetch_add_explicit(&clean_free, (size_t)clean * PAGE_SIZE_, memory_order_relaxed);
+  if (clean != 0) atomic_fetch_add_explicit(&clean_free, (size_t)clean * HM_PAGE_SIZE, memory_order_relaxed);
   p->free_pages += k;
   if (p->free_pages == PACK_PAGES - 1 && p->empty_ns == 0) p->empty_ns = hm_now_ns();
 }
@@ -329,7 +329,7 @@ static bool pack_insert(pack_t *p) {
   npacks++;
   renumber(i);
   size_t clean = PACK_PAGES - bits_count(p->dirty, 0, PACK_PAGES);
-  atomic_fetch_add_explicit(&clean_free, clean * PAGE_SIZE_, memory_order_relaxed);
+  atomic_fetch_add_explicit(&clean_free, clean * HM_PAGE_SIZE, memory_order_relaxed);
   longest[i] = (uint16_t)longest_run(p);
   tree_build();
   hm_reg_set((uintptr_t)p, REG_LARGE_PACK);
@@ -338,10 +338,10 @@ static bool pack_insert(pack_t *p) {
 
 /* ---- the lane's entry points -------------------------------------------------- */
 
-bool hm_pack_enabled(void) { return hm_opt[HM_OPT_LARGE_PACK] != 0 && hm_opt[HM_OPT_ACE_MAX_MB] != 0; }
+bool hm_pack_enabled(void) { return hm_opt[HM_OPT_LARGE_PACK] != 0 && hm_opt[HM_OPT_LARGE_CACHE_MB] != 0; }
 
 void *hm_pack_alloc(size_t n, bool zero) {
-  unsigned k = (unsigned)((n + PAGE_SIZE_ - 1) / PAGE_SIZE_);
+  unsigned k = (unsigned)((n + HM_PAGE_SIZE - 1) / HM_PAGE_SIZE);
   uint64_t now = hm_now_ns();
   pack_t *fresh = NULL;
   for (;;) {
@@ -364,11 +364,11 @@ void *hm_pack_alloc(size_t n, bool zero) {
       char *b = page_addr(p, s);
       if (zero && !clean) memset(b, 0, n);
 #ifndef HAKMEM_NO_CHECKS
-      /* A block's second word is where Pool blocks hold the free tag, and
+      /* A block's second word is where pool blocks hold the free tag, and
        * the pages of a pack are reused at any page: stale contents (a
-       * Pool block copied here whole by realloc, tags of freed blocks
-       * inside it) must not reach a Pool block's second word when
-       * realloc moves this one into the Pool. Clean pages read zero. */
+       * pool block copied here whole by realloc, tags of freed blocks
+       * inside it) must not reach a pool block's second word when
+       * realloc moves this one into the pool. Clean pages read zero. */
       else if (!clean) ((uintptr_t *)b)[1] = 0;
 #endif
       return b;
@@ -381,8 +381,8 @@ void *hm_pack_alloc(size_t n, bool zero) {
 /* The block of p's pack that starts at p: its page, 0 if none. Lock held. */
 static unsigned block_page(const pack_t *pk, const void *p) {
   uintptr_t off = (uintptr_t)p - (uintptr_t)pk;
-  if ((off & (PAGE_SIZE_ - 1)) != 0) return 0;
-  unsigned s = (unsigned)(off / PAGE_SIZE_);
+  if ((off & (HM_PAGE_SIZE - 1)) != 0) return 0;
+  unsigned s = (unsigned)(off / HM_PAGE_SIZE);
   return s != 0 && bit(pk->start, s) ? s : 0;
 }
 
@@ -392,7 +392,7 @@ size_t hm_pack_usable(const void *p) {
   pack_t *pk = pack_of(p);
   pthread_mutex_lock(&pack_lock);
   unsigned s = block_page(pk, p);
-  size_t u = s != 0 ? (size_t)pk->pages[s] * PAGE_SIZE_ : 0;
+  size_t u = s != 0 ? (size_t)pk->pages[s] * HM_PAGE_SIZE : 0;
   pthread_mutex_unlock(&pack_lock);
   return u;
 }
@@ -401,7 +401,7 @@ bool hm_pack_is_freed(const void *p) {
   pack_t *pk = pack_of(p);
   uintptr_t off = (uintptr_t)p - (uintptr_t)pk;
   pthread_mutex_lock(&pack_lock);
-  bool freed = (off & (PAGE_SIZE_ - 1)) == 0 && bit(pk->freed, (unsigned)(off / PAGE_SIZE_));
+  bool freed = (off & (HM_PAGE_SIZE - 1)) == 0 && bit(pk->freed, (unsigned)(off / HM_PAGE_SIZE));
   pthread_mutex_unlock(&pack_lock);
   return freed;
 }
@@ -433,19 +433,18 @@ size_t hm_pack_free(void *p) {
     bits_put(pk->freed, s, 1, true);
     pk->pages[s] = 0;
     pthread_mutex_unlock(&pack_lock);
-    bool ok = hm_os_purge(page_addr(pk, s), (size_t)k * PAGE_SIZE_) == 0;
+    bool ok = hm_os_purge(page_addr(pk, s), (size_t)k * HM_PAGE_SIZE) == 0;
     pthread_mutex_lock(&pack_lock);
     if (ok) bits_put(pk->dirty, s, k, false);
     give_pages(pk, s, k);
     refresh_freed(pk, s);
     pthread_mutex_unlock(&pack_lock);
-    return (size_t)k * PAGE_SIZE_;
+    return (size_t)k * HM_PAGE_SIZE;
   }
   unsigned k = release_block(pk, s);
   pthread_mutex_unlock(&pack_lock);
-  if (hm_purge_mode == PURGE_OFF) hm_purge_count_disabled();
-  else hm_purge_note_idle(now);
-  return (size_t)k * PAGE_SIZE_;
+  hm_purge_unused_now(now); /* (not eager: counts a purge skipped, or schedules a step) */
+  return (size_t)k * HM_PAGE_SIZE;
 }
 
 void hm_pack_free_moved(void *p) {
@@ -461,7 +460,7 @@ void hm_pack_free_moved(void *p) {
 
 bool hm_pack_resize(void *p, size_t n) {
   pack_t *pk = pack_of(p);
-  unsigned k = (unsigned)((n + PAGE_SIZE_ - 1) / PAGE_SIZE_);
+  unsigned k = (unsigned)((n + HM_PAGE_SIZE - 1) / HM_PAGE_SIZE);
   uint64_t now = hm_now_ns();
   pthread_mutex_lock(&pack_lock);
   unsigned s = block_page(pk, p), old = pk->pages[s];
@@ -514,7 +513,7 @@ static unsigned claim_runs(uint64_t now, uint64_t empty_idle_ns, size_t *budget,
         return n;
       }
       unsigned e = bits_next(cand, j, false);
-      size_t bytes = (size_t)(e - j) * PAGE_SIZE_;
+      size_t bytes = (size_t)(e - j) * HM_PAGE_SIZE;
       *budget = bytes >= *budget ? 0 : *budget - bytes;
       take_pages(pk, j, e - j, false);
       refresh_taken(pk, PACK_PAGES); /* (recomputed) */
@@ -529,13 +528,13 @@ static unsigned claim_runs(uint64_t now, uint64_t empty_idle_ns, size_t *budget,
 static size_t purge_runs(run_t *r, unsigned n, uint64_t now) {
   size_t bytes = 0;
   bool ok[PURGE_BATCH];
-  for (unsigned i = 0; i < n; i++) ok[i] = hm_os_purge(page_addr(r[i].pk, r[i].s), (size_t)r[i].k * PAGE_SIZE_) == 0;
+  for (unsigned i = 0; i < n; i++) ok[i] = hm_os_purge(page_addr(r[i].pk, r[i].s), (size_t)r[i].k * HM_PAGE_SIZE) == 0;
   pthread_mutex_lock(&pack_lock);
   for (unsigned i = 0; i < n; i++) {
     if (ok[i]) {
       bits_put(r[i].pk->dirty, r[i].s, r[i].k, false);
       r[i].pk->purged_ns = now;
-      bytes += (size_t)r[i].k * PAGE_SIZE_;
+      bytes += (size_t)r[i].k * HM_PAGE_SIZE;
     }
     give_pages(r[i].pk, r[i].s, r[i].k);
     refresh_freed(r[i].pk, r[i].s);
@@ -555,12 +554,10 @@ size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t
      * troughs idle for a second now and then, and wants them again (the
      * syscall budget with blocks up to 1 MiB: madvise calls in steady
      * state otherwise). Meanwhile only packs that have held no block for
-     * EMPTY_IDLE_FACTOR times as long are given back (at 1 s, the syscall
-     * budget with blocks up to 4 MiB, run slowly by the debug build under
-     * load, saw a madvise now and then): busy blocks crowd into the low packs, so
-     * the high ones empty out after a peak of the working set
-     * (bench_soak: otherwise each new peak left a pack's worth of pages
-     * resident for good). */
+     * EMPTY_IDLE_FACTOR times as long are given back (the syscall budget):
+     * busy blocks crowd into the low packs, so the high ones empty out after
+     * a peak of the working set (otherwise each new peak left a pack's
+     * worth of pages resident for good). */
     uint64_t empty_idle = 0;
     if (min_idle_ns != 0 && last_alloc_ns + min_idle_ns > now) {
       if (last_alloc_ns + min_idle_ns < *next_due && npacks != 0) *next_due = last_alloc_ns + min_idle_ns;
@@ -591,7 +588,7 @@ size_t hm_pack_release(void) {
       renumber(i);
       tree_build();
       size_t clean = PACK_PAGES - bits_count(empty->dirty, 0, PACK_PAGES);
-      atomic_fetch_sub_explicit(&clean_free, clean * PAGE_SIZE_, memory_order_relaxed);
+      atomic_fetch_sub_explicit(&clean_free, clean * HM_PAGE_SIZE, memory_order_relaxed);
     }
     pthread_mutex_unlock(&pack_lock);
     if (empty == NULL) break;

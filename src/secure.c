@@ -1,17 +1,28 @@
 /* Secure mode (cmake -DHAKMEM_SECURE=ON, `make secure`; docs/SECURITY.md).
  *
- * The inline parts are in internal.h: free-list pointers stored xor a
+ * The inline parts are in block.h: free-list pointers stored xor a
  * per-slab key and checked when followed, and freed blocks filled with a
  * pattern that is checked when they are handed out. Here: what is detected
  * (always fatal: the heap is corrupt, there is no block to leave alone),
  * guard pages, and the random order of fresh blocks. */
 #include <sys/mman.h>
 
-#include "internal.h"
+#include "block.h"
 
 #ifdef HAKMEM_SECURE
-
+uintptr_t hm_free_tag;
 __m128i hm_fill_lane;
+#endif
+
+/* At start-up, before any block exists. */
+void hm_secure_init(void) {
+#ifdef HAKMEM_SECURE
+  hm_free_tag = (uintptr_t)hm_random_u64() | 1;
+  hm_fill_lane = _mm_set1_epi64x((long long)hm_free_tag);
+#endif
+}
+
+#ifdef HAKMEM_SECURE
 
 /* b: a free block whose list pointer decodes outside its SuperSlab, or
  * the decoded pointer itself. */

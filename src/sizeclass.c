@@ -1,4 +1,4 @@
-/* Size-class tables (generated once by the formula in internal.h's
+/* Size-class tables (generated once by the formula in types.h's
  * hm_size_class).
  *
  * Classes: 16-byte steps up to 256 B, then eight per power of two up to
@@ -6,7 +6,7 @@
 #include "internal.h"
 
 /* Class of a request of up to 1 KiB, indexed by (n + 15) / 16. */
-const uint8_t hm_tiny_class[TINY_MAX / 16 + 1] = {
+const uint8_t hm_direct_class[DIRECT_MAX / 16 + 1] = {
   0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
   15, 16, 16, 17, 17, 18, 18, 19, 19, 20, 20, 21, 21, 22, 22, 23,
   23, 24, 24, 24, 24, 25, 25, 25, 25, 26, 26, 26, 26, 27, 27, 27,

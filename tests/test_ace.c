@@ -1,7 +1,7 @@
 /* The large lane (ACE, src/ace.c) and the lane boundaries.
  *
  *   test_ace [NAME]   runs one part, or all of them:
- *   boundaries  sizes just below/at/above TINY_MAX, the Pool limit and 2 MiB
+ *   boundaries  sizes just below/at/above DIRECT_MAX, the Pool limit and 2 MiB
  *               multiples: the right lane, usable size, content, calloc zero
  *   cache       a freed span is reused without an mmap; a longer one is split
  *   realloc     grow within the span, into a cached neighbour, in place by
@@ -42,7 +42,7 @@
 #include <sys/wait.h>
 
 #include "hakmem.h"
-#include "internal.h" /* TINY_MAX, SMALL_MAX, SS_SIZE: the lane limits under test */
+#include "internal.h" /* DIRECT_MAX, POOL_MAX, SS_SIZE: the lane limits under test */
 
 #ifdef ACE_UNALIGNED_OS
 #include <stdarg.h>
@@ -112,7 +112,7 @@ static void one_size(size_t n, uint64_t seed) {
   CHECK(p, "malloc(%zu)", n);
   size_t us = malloc_usable_size(p);
   CHECK(us >= n, "usable(%zu) = %zu", n, us);
-  if (n <= SMALL_MAX) {
+  if (n <= POOL_MAX) {
     CHECK(n <= 128 || us <= n + n / 8 + 16, "malloc(%zu) in the Pool: usable %zu wastes more than 12.5%%", n, us);
     CHECK(us < SS_SIZE, "malloc(%zu): usable %zu, a Pool block expected", n, us);
   } else {
@@ -133,13 +133,13 @@ static void one_size(size_t n, uint64_t seed) {
 }
 
 static void test_boundaries(void) {
-  const size_t limits[] = {TINY_MAX, SMALL_MAX, SS_SIZE, 2 * SS_SIZE, 3 * SS_SIZE, 32 * SS_SIZE, 33 * SS_SIZE};
+  const size_t limits[] = {DIRECT_MAX, POOL_MAX, SS_SIZE, 2 * SS_SIZE, 3 * SS_SIZE, 32 * SS_SIZE, 33 * SS_SIZE};
   for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++)
     for (int d = -1; d <= 1; d++) one_size(limits[i] + (size_t)(ptrdiff_t)d, 100 + i * 3 + (size_t)(d + 1));
-  one_size(SMALL_MAX + 4096, 7);
+  one_size(POOL_MAX + 4096, 7);
   /* just above the limit: a large block, of one chunk */
-  void *p = malloc(tc_opaque(SMALL_MAX + 1));
-  CHECK(malloc_usable_size(p) == SS_SIZE, "malloc(SMALL_MAX + 1) not a one-chunk span");
+  void *p = malloc(tc_opaque(POOL_MAX + 1));
+  CHECK(malloc_usable_size(p) == SS_SIZE, "malloc(POOL_MAX + 1) not a one-chunk span");
   free(p);
 }
 
@@ -178,13 +178,13 @@ static void test_cache(void) {
 static void test_realloc(void) {
   malloc_trim(0);
   /* within the span: no OS call, same block */
-  char *p = malloc(SMALL_MAX + 1);
-  tc_fill(p, SMALL_MAX + 1, 1);
+  char *p = malloc(POOL_MAX + 1);
+  tc_fill(p, POOL_MAX + 1, 1);
   mark();
   char *q = realloc(p, SS_SIZE);
   CHECK(q == p && d_mremap() == 0 && d_mmap() == 0, "grow within the span moved (%p -> %p) or called the OS",
         (void *)p, (void *)q);
-  CHECK_PATTERN(q, SMALL_MAX + 1, 1, "grow within the span");
+  CHECK_PATTERN(q, POOL_MAX + 1, 1, "grow within the span");
   free(q);
 
   /* into a cached neighbour: a 6 MiB span split into 2 MiB (used) + 4 MiB (cached) */
@@ -283,7 +283,7 @@ static void test_realloc(void) {
 /* ---- aligned ----------------------------------------------------------------- */
 
 static void test_aligned(void) {
-  const size_t sizes[] = {1, 4096, SMALL_MAX + 1, 3 * MiB};
+  const size_t sizes[] = {1, 4096, POOL_MAX + 1, 3 * MiB};
   for (unsigned sh = 13; sh <= 25; sh++) {
     size_t al = (size_t)1 << sh;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
@@ -468,7 +468,7 @@ static int trace_child(const char *what) {
     return 0;
   }
   if (strcmp(what, "success") == 0) {
-    for (size_t n = SMALL_MAX + 1; n < 64 * MiB; n = n * 3 / 2) {
+    for (size_t n = POOL_MAX + 1; n < 64 * MiB; n = n * 3 / 2) {
       char *p = malloc(n);
       p = realloc(p, n * 2);
       free(p);
@@ -580,7 +580,7 @@ static void *thread_main(void *arg) {
   for (size_t i = 0; i < tc_scaled(4000); i++) {
     unsigned k = (unsigned)tc_below(&r, 16);
     if (slot[k] == NULL) {
-      size[k] = SMALL_MAX + 1 + (size_t)tc_below(&r, 6 * MiB);
+      size[k] = POOL_MAX + 1 + (size_t)tc_below(&r, 6 * MiB);
       slot[k] = malloc(size[k]);
       CHECK(slot[k], "malloc");
       slot[k][0] = (char)k;

@@ -1,4 +1,4 @@
-/* The block check (src/internal.h, docs/SECURITY.md "How"), exhaustively:
+/* The block check (src/block.h, docs/SECURITY.md "How"), exhaustively:
  * for every size class, on a live slab of the class, every byte offset of
  * its SuperSlab through both forms, the one other threads' frees use (the
  * slab's shape: hm_slab_holds) and the owner's (its descriptor:
@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "block.h"
 #include "test_common.h"
 
 static unsigned long checked;

@@ -31,7 +31,7 @@
 #include <sys/mman.h>
 
 #include "hakmem.h"
-#include "internal.h" /* SMALL_MAX, SS_SIZE, HM_PACK_MAX, hm_pack_purge */
+#include "internal.h" /* POOL_MAX, SS_SIZE, HM_PACK_MAX, hm_pack_purge */
 #include "test_common.h"
 
 #define KiB ((size_t)1024)
@@ -93,9 +93,9 @@ static void test_layout(void) {
   for (size_t i = 0; i < n; i += 512) CHECK(z[i] == 0, "calloc byte %zu = %d", i, z[i]);
   free(z);
   free(c);
-  /* the lane limits: above SMALL_MAX packed, above HM_PACK_MAX a span */
-  char *lo_p = malloc(SMALL_MAX + 1), *hi_p = malloc(HM_PACK_MAX), *span = malloc(HM_PACK_MAX + 1);
-  CHECK(malloc_usable_size(lo_p) == pages_of(SMALL_MAX + 1), "usable %zu", malloc_usable_size(lo_p));
+  /* the lane limits: above POOL_MAX packed, above HM_PACK_MAX a span */
+  char *lo_p = malloc(POOL_MAX + 1), *hi_p = malloc(HM_PACK_MAX), *span = malloc(HM_PACK_MAX + 1);
+  CHECK(malloc_usable_size(lo_p) == pages_of(POOL_MAX + 1), "usable %zu", malloc_usable_size(lo_p));
   CHECK(malloc_usable_size(hi_p) == HM_PACK_MAX, "usable %zu", malloc_usable_size(hi_p));
   CHECK(malloc_usable_size(span) == SS_SIZE, "usable %zu above the packs' limit", malloc_usable_size(span));
   free(lo_p);
@@ -308,7 +308,7 @@ static void test_order(void) {
     unsigned j = (unsigned)tc_below(&r, SLOTS);
     /* mostly blocks of a few pages to a quarter of a pack, some to 1 MiB:
      * the low packs fill with small ones, large ones go higher */
-    size_t n = SMALL_MAX + 1 + tc_below(&r, tc_below(&r, 4) == 0 ? HM_PACK_MAX - SMALL_MAX : 128 * KiB);
+    size_t n = POOL_MAX + 1 + tc_below(&r, tc_below(&r, 4) == 0 ? HM_PACK_MAX - POOL_MAX : 128 * KiB);
     unsigned k = pages_for(n);
     if (blk[j] == NULL) {
       blk[j] = malloc(n);

@@ -3,7 +3,7 @@
  * answer from the same figures in glibc's layout; HAKMEM_STATS=1 prints the
  * report at exit, also with a thread still allocating. Built against the
  * default library and (test_stats_counters) against one compiled with
- * -DHAKMEM_STATS, where the per-class counts must be exact. hakmem-specific. */
+ * -DHAKMEM_FAST_COUNTERS, where the per-class counts must be exact. hakmem-specific. */
 #define _GNU_SOURCE
 #include "test_common.h"
 
@@ -331,7 +331,7 @@ int main(int argc, char **argv) {
   if (!HAKMEM_SPECIFIC) return 77;
   struct hak_stats s;
   hak_stats_get(&s);
-  printf("stats: %s build\n", s.counters ? "counters (-DHAKMEM_STATS)" : "default");
+  printf("stats: %s build\n", s.counters ? "counters (-DHAKMEM_FAST_COUNTERS)" : "default");
 #ifdef EXPECT_COUNTERS
   CHECK(s.counters == EXPECT_COUNTERS, "counters flag %d, expected %d", s.counters, EXPECT_COUNTERS);
 #endif

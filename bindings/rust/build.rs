@@ -51,7 +51,7 @@ fn main() {
         .warnings(true)
         .extra_warnings(true);
     if env::var_os("CARGO_FEATURE_STATS").is_some() {
-        build.define("HAKMEM_STATS", "1");
+        build.define("HAKMEM_FAST_COUNTERS", "1");
     }
     build.compile("hakmem");
     // dlsym (HAKMEM_FORCE_LIBC_ALLOC) and the thread-exit key

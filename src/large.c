@@ -1,4 +1,4 @@
-/* ACE, the large lane: blocks above the Pool limit (SMALL_MAX), each the
+/* The large lane: blocks above the pool limit (POOL_MAX), each the
  * whole of a span mapped from the OS, except blocks up to HM_PACK_MAX,
  * which pack.c packs into one-chunk spans taken from here (while the
  * program does not resize its large blocks often: pack_alloc). Freed
@@ -21,7 +21,7 @@
  * this file, which accepts only the base of a live span, and PACK to
  * pack.c.
  *
- * The cache: one list of free spans per length in chunks (1..ACE_BUCKETS),
+ * The cache: one list of free spans per length in chunks (1..LARGE_BUCKETS),
  * newest first. A request takes the newest span of its length, else splits
  * a longer one, else maps (a "miss", which raises the length's capacity by
  * one; a short span is mapped as part of a larger refill whose rest is
@@ -33,18 +33,20 @@
  * it best, and hm_large_purge gives back the pages of spans left idle (the
  * purger), keeping them mapped; hm_large_release unmaps them (malloc_trim,
  * out-of-memory).
- * docs/DESIGN.md has the measurements behind the constants.
+ * docs/DESIGN.md, "Large lane", has the design; docs/PERFORMANCE.md the
+ * measurements behind the constants.
  *
- * Locking: one mutex, a leaf lock: no OS call that can take the backend's
- * lock (hm_os_map, hm_meta_alloc) is made while holding it, because the
- * backend's out-of-memory retry calls hm_large_release. munmap is done after
+ * Locking: one mutex, a leaf lock: no call that can take the backend's
+ * lock (hm_backend_map_span, hm_meta_alloc) is made while holding it,
+ * because the backend's out-of-memory hook calls hm_large_release. munmap is done after
  * unlocking, from a list of spans already taken out of the registry. */
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 
-#include "internal.h"
+#include "heap.h"
+#include "list.h"
 
 #if defined(__SANITIZE_THREAD__)
 void __tsan_acquire(void *addr);
@@ -56,14 +58,14 @@ void __tsan_release(void *addr);
 #define tsan_release(p) ((void)0)
 #endif
 
-#define ACE_BUCKETS 32                        /* spans of up to 64 MiB are cached */
-#define ACE_CAP_MAX 256                       /* per length */
-#define ACE_EPOCH_NS 1000000000ull            /* capacity of unused lengths decays */
-#define ACE_ALIGN_SCAN 16                     /* cached spans looked at for an aligned request */
-#define ACE_REFILL_MIN ((size_t)16 << 20)     /* a miss for a short span maps at least this */
-#define ACE_REFILL_MAX ((size_t)ACE_BUCKETS << SS_SHIFT) /* the rest fits a bucket */
-#define ACE_LIMIT ((size_t)1 << REG_ADDR_BITS) /* larger requests: Threshold */
-#define ACE_SHRINK_MOVE ((size_t)64 << 10)     /* realloc to this or less moves a block into the Pool */
+#define LARGE_BUCKETS 32                        /* spans of up to 64 MiB are cached */
+#define LARGE_CAP_MAX 256                       /* per length */
+#define LARGE_EPOCH_NS 1000000000ull            /* capacity of unused lengths decays */
+#define LARGE_ALIGN_SCAN 16                     /* cached spans looked at for an aligned request */
+#define LARGE_REFILL_MIN ((size_t)16 << 20)     /* a miss for a short span maps at least this */
+#define LARGE_REFILL_MAX ((size_t)LARGE_BUCKETS << SS_SHIFT) /* the rest fits a bucket */
+#define LARGE_LIMIT ((size_t)1 << REG_ADDR_BITS) /* larger requests: Threshold */
+#define LARGE_SHRINK_MOVE ((size_t)64 << 10)     /* realloc to this or less moves a block into the pool */
 
 /* SPAN_PURGING: out of the cache while a purge step gives its pages back. */
 enum { SPAN_NONE = 0, SPAN_USED = 1, SPAN_CACHED = 2, SPAN_PURGING = 3 };
@@ -97,9 +99,9 @@ typedef struct bucket {
   bool wanted;          /* requested during this epoch */
 } bucket_t;
 
-static pthread_mutex_t ace_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t large_lock = PTHREAD_MUTEX_INITIALIZER;
 static span_t *_Atomic dir[DIR_SIZE];
-static bucket_t buckets[ACE_BUCKETS + 1]; /* index: length in chunks */
+static bucket_t buckets[LARGE_BUCKETS + 1]; /* index: length in chunks */
 static size_t cache_bytes;
 /* Of the cached bytes, those that are not resident (hakmem's resident
  * estimate): never handed out, or given back by a purge step. */
@@ -110,9 +112,9 @@ static uint64_t last_alloc_ns;          /* the last request the lane served (hm_
 
 static uintptr_t chunk_of(const void *p) { return (uintptr_t)p >> SS_SHIFT; }
 static size_t span_len_for(size_t n) { return n == 0 ? SS_SIZE : (n + SS_MASK) & ~(size_t)SS_MASK; }
-static size_t page_round(size_t n) { return (n + PAGE_SIZE_ - 1) & ~(size_t)(PAGE_SIZE_ - 1); }
+static size_t page_round(size_t n) { return (n + HM_PAGE_SIZE - 1) & ~(size_t)(HM_PAGE_SIZE - 1); }
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
-static size_t max_cached(void) { return (size_t)hm_opt[HM_OPT_ACE_MAX_MB] << 20; }
+static size_t max_cached(void) { return (size_t)hm_opt[HM_OPT_LARGE_CACHE_MB] << 20; }
 
 /* Descriptor slot of chunk c, or NULL when its leaf does not exist. */
 static span_t *slot(uintptr_t c) {
@@ -166,18 +168,18 @@ static void *leaf_pop(void **chain) {
 static bool leaves_claim(leaves_t *l, size_t want) {
   l->chain = NULL;
   l->n = 0;
-  pthread_mutex_lock(&ace_lock);
+  pthread_mutex_lock(&large_lock);
   while (l->n < want && spare_leaves != NULL) {
     leaf_push(&l->chain, leaf_pop(&spare_leaves));
     l->n++;
   }
-  pthread_mutex_unlock(&ace_lock);
+  pthread_mutex_unlock(&large_lock);
   while (l->n < want) {
     void *leaf = hm_meta_alloc(LEAF_BYTES); /* fresh metadata memory reads zero */
     if (leaf == NULL) {
-      pthread_mutex_lock(&ace_lock);
+      pthread_mutex_lock(&large_lock);
       while (l->chain != NULL) leaf_push(&spare_leaves, leaf_pop(&l->chain));
-      pthread_mutex_unlock(&ace_lock);
+      pthread_mutex_unlock(&large_lock);
       return false;
     }
     leaf_push(&l->chain, leaf);
@@ -316,7 +318,7 @@ static span_t *span_cut(span_t *s, size_t len) {
  * counts and bytes add up. */
 static void cache_check(void) {
   size_t bytes = 0;
-  for (unsigned k = 1; k <= ACE_BUCKETS; k++) {
+  for (unsigned k = 1; k <= LARGE_BUCKETS; k++) {
     uint32_t n = 0;
     for (span_t *s = buckets[k].head; s != NULL; s = s->next, n++) {
       HM_ASSERT(s->state == SPAN_CACHED && s->len == (size_t)k << SS_SHIFT);
@@ -346,30 +348,18 @@ static bucket_t *cache_enter(span_t *s) {
 static void cache_push(span_t *s, uint64_t freed_ns) {
   bucket_t *b = cache_enter(s);
   s->freed_ns = freed_ns;
-  s->prev = NULL;
-  s->next = b->head;
-  if (b->head != NULL) b->head->prev = s;
-  else b->tail = s;
-  b->head = s;
+  HM_QUEUE_PUSH_HEAD(b->head, b->tail, s, next, prev);
 }
 
 /* A span just purged goes last: it is the oldest, and the least wanted. */
 static void cache_push_oldest(span_t *s) {
   bucket_t *b = cache_enter(s);
-  s->next = NULL;
-  s->prev = b->tail;
-  if (b->tail != NULL) b->tail->next = s;
-  else b->head = s;
-  b->tail = s;
+  HM_QUEUE_PUSH_TAIL(b->head, b->tail, s, next, prev);
 }
 
 static void cache_unlink(span_t *s) {
   bucket_t *b = &buckets[s->len >> SS_SHIFT];
-  if (s->prev != NULL) s->prev->next = s->next;
-  else b->head = s->next;
-  if (s->next != NULL) s->next->prev = s->prev;
-  else b->tail = s->prev;
-  s->next = s->prev = NULL;
+  HM_QUEUE_UNLINK(b->head, b->tail, s, next, prev);
   b->count--;
   cache_bytes -= s->len;
   atomic_fetch_sub_explicit(&cache_clean, s->len - s->dirty, memory_order_relaxed);
@@ -413,7 +403,7 @@ static void cache_trim(span_t **list) {
   max -= max / 8;
   while (cache_bytes > max) {
     span_t *oldest = NULL;
-    for (unsigned k = 1; k <= ACE_BUCKETS; k++) {
+    for (unsigned k = 1; k <= LARGE_BUCKETS; k++) {
       span_t *t = buckets[k].tail;
       if (t != NULL && (oldest == NULL || t->freed_ns < oldest->freed_ns)) oldest = t;
     }
@@ -432,7 +422,7 @@ static void cache_trim(span_t **list) {
  * before x; the chunks it passes through are TAIL. */
 static span_t *span_ending_at(const char *x) {
   uintptr_t c = chunk_of(x - 1);
-  for (unsigned walked = 0; walked <= ACE_BUCKETS; walked++, c--) {
+  for (unsigned walked = 0; walked <= LARGE_BUCKETS; walked++, c--) {
     span_t *s = slot(c);
     if (s != NULL && s->state != SPAN_NONE && s->base < x) return s->base + s->len == x ? s : NULL;
     if (c == 0 || (__atomic_load_n(&hm_registry[c], __ATOMIC_RELAXED) != REG_LARGE_TAIL && __atomic_load_n(&hm_registry[c], __ATOMIC_RELAXED) != REG_LARGE_HEAD)) return NULL;
@@ -448,8 +438,8 @@ static span_t *span_ending_at(const char *x) {
  * stretches over the left one, and spans kept apart let a request pick the
  * one whose extent fits it (bucket_find). */
 static bool mergeable(const span_t *c, const span_t *s, uint64_t now, const span_t *right, bool any) {
-  return c != NULL && (s->len + c->len) >> SS_SHIFT <= ACE_BUCKETS &&
-         (any || (right->dirty == 0 && now - c->freed_ns < ACE_EPOCH_NS));
+  return c != NULL && (s->len + c->len) >> SS_SHIFT <= LARGE_BUCKETS &&
+         (any || (right->dirty == 0 && now - c->freed_ns < LARGE_EPOCH_NS));
 }
 
 /* Merge s (leaving the cache's lists, not yet in them) with the cached
@@ -480,7 +470,7 @@ static span_t *coalesce(span_t *s, uint64_t now, uint64_t *freed_ns, bool any) {
  * merges with a cached neighbour (and so leaves its length). */
 static void cache_put(span_t *s, uint64_t now, bool spare, span_t **list) {
   size_t k = s->len >> SS_SHIFT;
-  if (k <= ACE_BUCKETS && s->len <= max_cached()) {
+  if (k <= LARGE_BUCKETS && s->len <= max_cached()) {
     bool room = spare || buckets[k].count < buckets[k].cap;
     uint64_t freed_ns = now;
     size_t len = s->len;
@@ -510,23 +500,23 @@ static void span_split(span_t *s, size_t len, uint64_t freed_ns, span_t **list) 
 static void cache_decay(uint64_t now) {
   if (now < next_epoch_ns) return;
   if (next_epoch_ns != 0) {
-    for (unsigned k = 1; k <= ACE_BUCKETS; k++) {
+    for (unsigned k = 1; k <= LARGE_BUCKETS; k++) {
       if (!buckets[k].wanted) buckets[k].cap /= 2;
       buckets[k].wanted = false;
     }
   }
-  next_epoch_ns = now + ACE_EPOCH_NS;
+  next_epoch_ns = now + LARGE_EPOCH_NS;
 }
 
 /* Of the newest spans of a bucket at alignment align, the one whose dirty
  * extent fits a block of `need` bytes best: the least dirty one covering
  * it, else the dirtiest. A span keeps every page any block touched in it,
  * so handing the dirtiest spans to the largest blocks keeps the resident
- * pages close to what the live blocks need (bench_soak). */
+ * pages close to what the live blocks need. */
 static span_t *bucket_find(const bucket_t *b, size_t align, size_t need) {
   span_t *best = NULL;
   unsigned n = 0;
-  for (span_t *s = b->head; s != NULL && n < ACE_ALIGN_SCAN; s = s->next, n++) {
+  for (span_t *s = b->head; s != NULL && n < LARGE_ALIGN_SCAN; s = s->next, n++) {
     if (((uintptr_t)s->base & (align - 1)) != 0) continue;
     if (best == NULL || (best->dirty < need ? s->dirty > best->dirty : s->dirty >= need && s->dirty < best->dirty))
       best = s;
@@ -558,11 +548,11 @@ static void absorb_run(span_t *s, size_t have) {
  * (freed spans are kept apart while dirty, see mergeable). The first such
  * run found is merged into its first span, which is returned (cached). */
 static span_t *cache_take_run(size_t len, size_t align) {
-  for (unsigned k = 1; k <= ACE_BUCKETS; k++) {
+  for (unsigned k = 1; k <= LARGE_BUCKETS; k++) {
     for (span_t *s = buckets[k].head; s != NULL; s = s->next) {
       if (((uintptr_t)s->base & (align - 1)) != 0) continue;
       size_t have = run_length(s, len);
-      if (have < len || have >> SS_SHIFT > ACE_BUCKETS) continue;
+      if (have < len || have >> SS_SHIFT > LARGE_BUCKETS) continue;
       uint64_t freed_ns = s->freed_ns;
       cache_unlink(s);
       absorb_run(s, have);
@@ -577,18 +567,18 @@ static span_t *cache_take_run(size_t len, size_t align) {
  * rounded), at alignment align (<= 2 MiB). */
 static span_t *cache_take(size_t len, size_t need, size_t align, uint64_t now, span_t **list) {
   size_t k = len >> SS_SHIFT;
-  if (k > ACE_BUCKETS) return NULL;
+  if (k > LARGE_BUCKETS) return NULL;
   bucket_t *b = &buckets[k];
   b->wanted = true;
   span_t *s = bucket_find(b, align, need);
   if (s == NULL) {
-    if (b->cap < ACE_CAP_MAX) b->cap++; /* a miss: keep one more of these */
+    if (b->cap < LARGE_CAP_MAX) b->cap++; /* a miss: keep one more of these */
     /* a longer span split for it is a miss of that length too: spans come
      * back longer than they left when realloc grows them */
-    for (size_t j = k + 1; j <= ACE_BUCKETS && s == NULL; j++) {
+    for (size_t j = k + 1; j <= LARGE_BUCKETS && s == NULL; j++) {
       if ((s = bucket_find(&buckets[j], align, need)) == NULL) continue;
       buckets[j].wanted = true;
-      if (buckets[j].cap < ACE_CAP_MAX) buckets[j].cap++;
+      if (buckets[j].cap < LARGE_CAP_MAX) buckets[j].cap++;
     }
     if (s == NULL) s = cache_take_run(len, align);
     if (s == NULL) return NULL;
@@ -606,45 +596,28 @@ static span_t *cache_take(size_t len, size_t need, size_t align, uint64_t now, s
 
 /* ---- failures --------------------------------------------------------------- */
 
-/* Append text / the decimal v to the line at *at (within end). */
-static void put_str(char **at, char *end, const char *text) {
-  while (*text != '\0' && *at < end) *(*at)++ = *text++;
-}
-
-static void put_dec(char **at, char *end, size_t v) {
-  char buf[24];
-  int i = (int)sizeof buf - 1;
-  buf[i] = '\0';
-  do {
-    buf[--i] = (char)('0' + v % 10);
-    v /= 10;
-  } while (v != 0);
-  put_str(at, end, buf + i);
-}
-
-/* HAKMEM_ACE_TRACE=1: one line per failed large allocation, written at
+/* HAKMEM_LARGE_TRACE=1: one line per failed large allocation, written at
  * once (lines of threads failing together do not mix), without allocating.
  * Sets errno to ENOMEM. */
 static void *fail(const char *reason, size_t n, size_t align, int err) {
-  if (hm_opt[HM_OPT_ACE_TRACE]) {
-    char line[256], *at = line, *end = line + sizeof line - 2;
-    put_str(&at, end, "hakmem: ace: ");
-    put_str(&at, end, reason);
-    put_str(&at, end, " size=");
-    put_dec(&at, end, n);
+  if (hm_opt[HM_OPT_LARGE_TRACE]) {
+    hm_line_t o;
+    hm_line_init(&o, NULL, 2);
+    hm_line_put(&o, "hakmem: ace: "); /* (the prefix programs match: kept from the lane's former name) */
+    hm_line_put(&o, reason);
+    hm_line_put(&o, " size=");
+    hm_line_dec(&o, n, 0);
     if (align > 16) {
-      put_str(&at, end, " align=");
-      put_dec(&at, end, align);
+      hm_line_put(&o, " align=");
+      hm_line_dec(&o, align, 0);
     }
-    put_str(&at, end, " errno=");
-    put_dec(&at, end, (size_t)err);
-    put_str(&at, end, " (");
+    hm_line_put(&o, " errno=");
+    hm_line_dec(&o, (uint64_t)err, 0);
+    hm_line_put(&o, " (");
     const char *text = strerrordesc_np(err);
-    put_str(&at, end, text != NULL ? text : "unknown error");
-    put_str(&at, end, ")");
-    *at++ = '\n';
-    *at = '\0';
-    hm_write_str(line);
+    hm_line_put(&o, text != NULL ? text : "unknown error");
+    hm_line_put(&o, ")\n");
+    hm_line_flush(&o);
   }
   errno = ENOMEM;
   return NULL;
@@ -662,11 +635,11 @@ static void *fail_refused(bool had_cache, size_t n, size_t align, int err) {
 static char *map_span(size_t len, size_t align) {
   char *p = NULL;
   if (align <= SS_SIZE) {
-    p = hm_os_map(len); /* large anonymous mappings are usually 2 MiB aligned already */
+    p = hm_backend_map_span(len); /* large anonymous mappings are usually 2 MiB aligned already */
     if (p == NULL || ((uintptr_t)p & (align - 1)) == 0) return p;
     hm_os_unmap(p, len);
   }
-  char *raw = hm_os_map(len + align);
+  char *raw = hm_backend_map_span(len + align);
   if (raw == NULL) return NULL;
   p = (char *)(((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1));
   hm_os_unmap(raw, (size_t)(p - raw));
@@ -675,12 +648,12 @@ static char *map_span(size_t len, size_t align) {
 }
 
 static void *ace_alloc(size_t n, size_t asked_align, bool *fresh) {
-  size_t align = asked_align < PAGE_SIZE_ ? PAGE_SIZE_ : asked_align; /* every span is page aligned */
-  if (align >= ACE_LIMIT || n > ACE_LIMIT - align) return fail("Threshold", n, asked_align, ENOMEM);
+  size_t align = asked_align < HM_PAGE_SIZE ? HM_PAGE_SIZE : asked_align; /* every span is page aligned */
+  if (align >= LARGE_LIMIT || n > LARGE_LIMIT - align) return fail("Threshold", n, asked_align, ENOMEM);
   size_t len = span_len_for(n + HM_GUARD_SIZE);
   span_t *list = NULL, *s = NULL;
   uint64_t now = hm_now_ns();
-  pthread_mutex_lock(&ace_lock);
+  pthread_mutex_lock(&large_lock);
   size_t need = page_round(n + HM_GUARD_SIZE);
   last_alloc_ns = now;
   if (align <= SS_SIZE) s = cache_take(len, need, align, now, &list);
@@ -691,10 +664,10 @@ static void *ace_alloc(size_t n, size_t asked_align, bool *fresh) {
    * fluctuates finds its peaks provided for. */
   size_t map = len;
   size_t refill = atomic_load_explicit(&mapped_bytes, memory_order_relaxed) / 8;
-  refill = refill < ACE_REFILL_MIN ? ACE_REFILL_MIN : refill > ACE_REFILL_MAX ? ACE_REFILL_MAX : refill;
+  refill = refill < LARGE_REFILL_MIN ? LARGE_REFILL_MIN : refill > LARGE_REFILL_MAX ? LARGE_REFILL_MAX : refill;
   refill &= ~(size_t)SS_MASK;
   if (len <= refill / 2 && align <= SS_SIZE && cache_bytes + refill - len <= max_cached()) map = refill;
-  pthread_mutex_unlock(&ace_lock);
+  pthread_mutex_unlock(&large_lock);
   unmap_list(list);
   list = NULL;
   if (s != NULL) {
@@ -707,20 +680,20 @@ static void *ace_alloc(size_t n, size_t asked_align, bool *fresh) {
   char *p = map_span(map, align);
   if (p == NULL && map != len) p = map_span(map = len, align);
   int err = errno;
-  if (p != NULL && (uintptr_t)p + map > ACE_LIMIT) { /* beyond the registry */
+  if (p != NULL && (uintptr_t)p + map > LARGE_LIMIT) { /* beyond the registry */
     hm_os_unmap(p, map);
     p = NULL;
     err = ENOMEM;
   }
   if (p != NULL) atomic_fetch_add_explicit(&mapped_bytes, map, memory_order_relaxed);
-  pthread_mutex_lock(&ace_lock);
+  pthread_mutex_lock(&large_lock);
   leaves_install(p, map, &l);
   if (p != NULL) {
     s = span_record(p, map, SPAN_USED); /* (the rest of a refill is clean: dirty 0) */
     if (map > len) span_split(s, len, hm_now_ns(), &list);
     s->dirty = need;
   }
-  pthread_mutex_unlock(&ace_lock);
+  pthread_mutex_unlock(&large_lock);
   unmap_list(list);
   if (p == NULL) return fail_refused(had_cache, n, asked_align, err);
   guard_on(s);
@@ -749,8 +722,7 @@ static void count_block(int sign, const void *p) {
  * keep their size pack well. Every PACK_WINDOW large allocations up to
  * HM_PACK_MAX, the next window takes spans if there were more than one
  * realloc for PACK_GROW_RATIO of them that kept a block of up to 2 MiB in
- * the lane (bench_mid_large: about 1 in 2, its reallocs grow blocks;
- * bench_soak: about 1 in 1000). */
+ * the lane (docs/DESIGN.md, "Large lane"). */
 #define PACK_WINDOW 256u
 #define PACK_GROW_RATIO 8u
 static _Atomic uint32_t window_allocs, window_grows;
@@ -774,7 +746,7 @@ static void pack_window_count(bool grow) {
 
 /* A block of n bytes from a pack (NULL: it takes a span). */
 static void *pack_alloc(size_t n, size_t align, bool zero) {
-  if (align > PAGE_SIZE_ || n > HM_PACK_MAX || !hm_pack_enabled()) return NULL;
+  if (align > HM_PAGE_SIZE || n > HM_PACK_MAX || !hm_pack_enabled()) return NULL;
   pack_window_count(false);
   if (atomic_load_explicit(&window_spans, memory_order_relaxed)) return NULL;
   return hm_pack_alloc(n, zero);
@@ -847,20 +819,20 @@ void *hm_large_chunk_take(bool *fresh) {
 }
 
 void hm_large_chunk_give(void *chunk) {
-  pthread_mutex_lock(&ace_lock);
+  pthread_mutex_lock(&large_lock);
   hm_reg_set((uintptr_t)chunk, REG_LARGE_HEAD); /* a span again */
-  pthread_mutex_unlock(&ace_lock);
+  pthread_mutex_unlock(&large_lock);
   large_free(chunk);
 }
 
 static void large_free(void *p) {
   span_t *list = NULL;
   uint64_t now = hm_now_ns();
-  pthread_mutex_lock(&ace_lock);
+  pthread_mutex_lock(&large_lock);
   span_t *s = span_at(p, SPAN_USED);
   if (s == NULL) {
     bool twice = span_at(p, SPAN_CACHED) != NULL || span_at(p, SPAN_PURGING) != NULL;
-    pthread_mutex_unlock(&ace_lock);
+    pthread_mutex_unlock(&large_lock);
     if (twice)
       hm_report_double(p, HM_OP_FREE, "large block already freed");
     else
@@ -869,7 +841,7 @@ static void large_free(void *p) {
   }
   cache_decay(now);
   cache_put(s, now, false, &list);
-  pthread_mutex_unlock(&ace_lock);
+  pthread_mutex_unlock(&large_lock);
   unmap_list(list);
   hm_purge_note_idle(now); /* a purge step gives back the pages of spans left idle (hm_large_purge) */
 }
@@ -882,9 +854,9 @@ size_t hm_large_usable(const void *p) {
 
 bool hm_large_is_freed(const void *p) {
   if (packed(p)) return hm_pack_is_freed(p);
-  pthread_mutex_lock(&ace_lock);
+  pthread_mutex_lock(&large_lock);
   bool freed = span_at(p, SPAN_CACHED) != NULL || span_at(p, SPAN_PURGING) != NULL;
-  pthread_mutex_unlock(&ace_lock);
+  pthread_mutex_unlock(&large_lock);
   return freed;
 }
 
@@ -893,8 +865,8 @@ size_t hm_large_release(uint64_t min_idle_ns) {
   size_t packed_bytes = min_idle_ns == 0 ? hm_pack_release() : 0;
   span_t *list = NULL;
   uint64_t now = hm_now_ns();
-  pthread_mutex_lock(&ace_lock);
-  for (unsigned k = 1; k <= ACE_BUCKETS; k++) {
+  pthread_mutex_lock(&large_lock);
+  for (unsigned k = 1; k <= LARGE_BUCKETS; k++) {
     /* oldest first; an idle release leaves clean spans (the never used
      * rest of a refill, or given back by a purge step): unmapping them
      * gives back no memory */
@@ -904,19 +876,19 @@ size_t hm_large_release(uint64_t min_idle_ns) {
       if (min_idle_ns == 0 || s->dirty != 0) doom(s, &list);
     }
   }
-  pthread_mutex_unlock(&ace_lock);
+  pthread_mutex_unlock(&large_lock);
   return packed_bytes + unmap_list(list);
 }
 
 void hm_large_resident(size_t res[3]) {
-  pthread_mutex_lock(&ace_lock);
+  pthread_mutex_lock(&large_lock);
   for (size_t d = 0; d < DIR_SIZE; d++) {
     span_t *leaf = atomic_load_explicit(&dir[d], memory_order_acquire);
     for (size_t i = 0; leaf != NULL && i <= LEAF_MASK; i++)
       if (leaf[i].state != SPAN_NONE && !packed(leaf[i].base))
         res[leaf[i].state == SPAN_CACHED] += hm_os_resident(leaf[i].base, leaf[i].len);
   }
-  pthread_mutex_unlock(&ace_lock);
+  pthread_mutex_unlock(&large_lock);
   hm_pack_resident(&res[2]);
 }
 
@@ -925,19 +897,19 @@ size_t hm_large_cached_clean(void) { return atomic_load_explicit(&cache_clean, m
 size_t hm_large_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due) {
   span_t *list = NULL;
   size_t bytes = 0;
-  pthread_mutex_lock(&ace_lock);
+  pthread_mutex_lock(&large_lock);
   /* An idle purge waits until the lane itself has been idle that long:
    * a working set of large blocks that swings leaves the spans of its
    * deepest troughs unused for seconds between its peaks, and they are
    * wanted again (the syscall budget with blocks up to 1 and 4 MiB). */
   if (min_idle_ns != 0 && last_alloc_ns + min_idle_ns > now) {
     if (last_alloc_ns + min_idle_ns < *next_due && cache_bytes != 0) *next_due = last_alloc_ns + min_idle_ns;
-    pthread_mutex_unlock(&ace_lock);
+    pthread_mutex_unlock(&large_lock);
     return 0;
   }
   /* Oldest first, mostly (a purged span goes to the end of its list, a
    * reused one may come from the middle): every span is looked at. */
-  for (unsigned k = 1; k <= ACE_BUCKETS; k++) {
+  for (unsigned k = 1; k <= LARGE_BUCKETS; k++) {
     span_t *s = buckets[k].tail, *newer;
     for (; s != NULL; s = newer) {
       newer = s->prev;
@@ -957,9 +929,9 @@ size_t hm_large_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_
       list = s;
     }
   }
-  pthread_mutex_unlock(&ace_lock);
+  pthread_mutex_unlock(&large_lock);
   for (span_t *s = list; s != NULL; s = s->next) hm_os_purge(s->base, s->dirty);
-  pthread_mutex_lock(&ace_lock);
+  pthread_mutex_lock(&large_lock);
   while (list != NULL) {
     span_t *s = list;
     list = s->next;
@@ -968,7 +940,7 @@ size_t hm_large_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_
     cache_push_oldest(s);
   }
   cache_check();
-  pthread_mutex_unlock(&ace_lock);
+  pthread_mutex_unlock(&large_lock);
   return bytes;
 }
 
@@ -1003,14 +975,14 @@ static void *large_grow(span_t *s, size_t n, size_t len) {
   char *p = s->base;
   size_t old = s->len, need = page_round(n + HM_GUARD_SIZE);
   span_t *list = NULL;
-  pthread_mutex_lock(&ace_lock);
+  pthread_mutex_lock(&large_lock);
   bool done = grow_into_neighbours(s, len, hm_now_ns(), &list);
   if (done) s->dirty = max_sz(s->dirty, need);
   bool had_cache = cache_bytes != 0;
   /* in place only where nothing of ours follows */
   uintptr_t end = (uintptr_t)(p + old);
   bool next_free = (end & SS_MASK) != 0 ? !span_starts(p + old) : hm_reg_kind(end) == REG_NONE;
-  pthread_mutex_unlock(&ace_lock);
+  pthread_mutex_unlock(&large_lock);
   unmap_list(list);
   if (done) return p; /* (absorb_run lifted the guard page) */
   /* (leaves claimed for the range in hand first: an allocation of leaves
@@ -1020,36 +992,36 @@ static void *large_grow(span_t *s, size_t n, size_t len) {
   guard_lift(s); /* its end moves; and mremap takes only a range of one mapping */
   if (next_free && hm_os_remap(p, old, len, false) != NULL) {
     atomic_fetch_add_explicit(&mapped_bytes, len - old, memory_order_relaxed);
-    pthread_mutex_lock(&ace_lock);
+    pthread_mutex_lock(&large_lock);
     leaves_install(p, len, &l);
     s->len = len;
     s->dirty = max_sz(s->dirty, need);
     reg_mark(s);
-    pthread_mutex_unlock(&ace_lock);
+    pthread_mutex_unlock(&large_lock);
     return p;
   }
   /* Move: the OS moves the pages, nothing is copied. The span leaves the
    * registry first, so that nothing of ours claims the range it vacates. */
-  pthread_mutex_lock(&ace_lock);
+  pthread_mutex_lock(&large_lock);
   leaves_install(NULL, 0, &l);
-  pthread_mutex_unlock(&ace_lock);
+  pthread_mutex_unlock(&large_lock);
   if (!leaves_claim(&l, leaves_for(len))) return fail_refused(had_cache, n, 0, ENOMEM);
-  pthread_mutex_lock(&ace_lock);
+  pthread_mutex_lock(&large_lock);
   size_t dirty = s->dirty;
   s->state = SPAN_NONE;
   reg_unmark(s);
-  pthread_mutex_unlock(&ace_lock);
+  pthread_mutex_unlock(&large_lock);
   char *q = remap(p, old, len, true);
   int err = errno;
   if (q != NULL) atomic_fetch_add_explicit(&mapped_bytes, len - old, memory_order_relaxed);
-  if (q != NULL && (uintptr_t)q + len > ACE_LIMIT) hm_fatal("realloc", q, "mremap moved a block beyond the registry");
-  pthread_mutex_lock(&ace_lock);
+  if (q != NULL && (uintptr_t)q + len > LARGE_LIMIT) hm_fatal("realloc", q, "mremap moved a block beyond the registry");
+  pthread_mutex_lock(&large_lock);
   leaves_install(q, len, &l);
   if (q != NULL)
     span_record(q, len, SPAN_USED)->dirty = max_sz(dirty, need);
   else
     span_record(p, old, SPAN_USED)->dirty = dirty;
-  pthread_mutex_unlock(&ace_lock);
+  pthread_mutex_unlock(&large_lock);
   if (q != NULL) return q;
   if (err == ENOMEM) return fail_refused(had_cache, n, 0, err);
   /* EFAULT: the span is made of two mappings (it grew into a neighbour),
@@ -1064,12 +1036,12 @@ static void *large_grow(span_t *s, size_t n, size_t len) {
 
 static void *large_realloc(void *p, size_t n);
 
-/* Far below the lane: move to the Pool (at most ACE_SHRINK_MOVE bytes
- * copied) and free the large block; keep it in place if the Pool has no
+/* Far below the lane: move to the pool (at most LARGE_SHRINK_MOVE bytes
+ * copied) and free the large block; keep it in place if the pool has no
  * memory. */
 static void *shrink_to_pool(void *p, size_t n) {
   int saved = errno;
-  void *q = hm_malloc(n);
+  void *q = hm_malloc_small(n);
   if (q == NULL) {
     errno = saved;
     return p;
@@ -1093,12 +1065,12 @@ static void *pack_move_out(void *p, size_t old, size_t n) {
     memcpy(p, q, old); /* (could not grow it: back into the pack, as it was) */
     hm_os_unmap(q, old);
   }
-  if (r != NULL && (uintptr_t)r + len > ACE_LIMIT) hm_fatal("realloc", r, "mremap moved a block beyond the registry");
+  if (r != NULL && (uintptr_t)r + len > LARGE_LIMIT) hm_fatal("realloc", r, "mremap moved a block beyond the registry");
   if (r != NULL) atomic_fetch_add_explicit(&mapped_bytes, len, memory_order_relaxed);
-  pthread_mutex_lock(&ace_lock);
+  pthread_mutex_lock(&large_lock);
   leaves_install(r, len, &l);
   if (r != NULL) span_record(r, len, SPAN_USED)->dirty = page_round(n);
-  pthread_mutex_unlock(&ace_lock);
+  pthread_mutex_unlock(&large_lock);
   if (r == NULL) return NULL;
   count_block(-1, p);
   hm_pack_free_moved(p);
@@ -1112,24 +1084,21 @@ static void *pack_move_out(void *p, size_t old, size_t n) {
  * are resized often (the window above), to a span of its own, where it
  * can grow again without a copy (in place, into cached neighbours, or by
  * mremap); its pages are moved, not copied, where the OS can
- * (pack_move_out): bench_mid_large, whose blocks grow 1.25-2x at a time,
- * ran at 204k ops/s with copies to other packs, 550k with spans before
- * the packs. */
+ * (pack_move_out): copies from pack to pack cost programs that grow their
+ * blocks most of their time (docs/DESIGN.md, "Large lane"). */
 static void *pack_realloc(void *p, size_t n) {
   size_t old = hm_pack_usable(p);
   if (old == 0) hm_fatal("invalid realloc", p, "not the start of a large block");
-  if (n <= ACE_SHRINK_MOVE) return shrink_to_pool(p, n);
+  if (n <= LARGE_SHRINK_MOVE) return shrink_to_pool(p, n);
   if (n <= HM_PACK_MAX) {
     count_block(-1, p);
     bool done = hm_pack_resize(p, n);
     count_block(1, p);
     if (done) return p;
   }
-  if (n > ACE_LIMIT - PAGE_SIZE_) return fail("Threshold", n, 0, ENOMEM);
+  if (n > LARGE_LIMIT - HM_PAGE_SIZE) return fail("Threshold", n, 0, ENOMEM);
   /* While blocks are packed (few reallocs in the lane), another pack: a
-   * span reused for blocks of many sizes keeps the pages of the largest
-   * (bench_soak's RSS rose 17% from 12-21 s to 51-60 s with these moves
-   * going to spans) */
+   * span reused for blocks of many sizes keeps the pages of the largest. */
   void *q = NULL;
   if (n <= HM_PACK_MAX && !atomic_load_explicit(&window_spans, memory_order_relaxed) &&
       (q = hm_pack_alloc(n, false)) != NULL)
@@ -1149,11 +1118,11 @@ void *hm_large_realloc(void *p, size_t n) {
   size_t u = hm_large_usable(p);
   /* a block of the packs' sizes resized within the lane (a span's block
    * grows within its span unseen, so any resize counts) */
-  if (n > SMALL_MAX && u <= SS_SIZE && hm_pack_enabled()) pack_window_count(true);
+  if (n > POOL_MAX && u <= SS_SIZE && hm_pack_enabled()) pack_window_count(true);
   if (packed(p)) return pack_realloc(p, n);
   void *q = large_realloc(p, n);
 #ifdef HAKMEM_SECURE
-  /* a span cut, grown or moved has no guard page yet (q may be in the Pool) */
+  /* a span cut, grown or moved has no guard page yet (q may be in the pool) */
   span_t *s = span_at(q != NULL ? q : p, SPAN_USED);
   if (s != NULL) guard_on(s);
 #endif
@@ -1163,12 +1132,11 @@ void *hm_large_realloc(void *p, size_t n) {
 static void *large_realloc(void *p, size_t n) {
   span_t *s = span_at(p, SPAN_USED);
   if (s == NULL) hm_fatal("invalid realloc", p, "not the start of a large block");
-  /* Down to ACE_SHRINK_MOVE, a block stays in (the first chunk of) its
+  /* Down to LARGE_SHRINK_MOVE, a block stays in (the first chunk of) its
    * span: its pages are resident already, where a copy would touch as many
-   * again in a Pool block that stays resident in its slab (bench_soak:
-   * peak RSS 132.5 -> 125.9 MiB). */
-  if (n <= ACE_SHRINK_MOVE) return shrink_to_pool(p, n);
-  if (n > ACE_LIMIT - PAGE_SIZE_ - HM_GUARD_SIZE) return fail("Threshold", n, 0, ENOMEM);
+   * again in a pool block that stays resident in its slab. */
+  if (n <= LARGE_SHRINK_MOVE) return shrink_to_pool(p, n);
+  if (n > LARGE_LIMIT - HM_PAGE_SIZE - HM_GUARD_SIZE) return fail("Threshold", n, 0, ENOMEM);
   size_t len = span_len_for(n + HM_GUARD_SIZE);
   if (len != s->len) count_block(-1, p); /* (a resize counts as a free and an allocation) */
   if (len > s->len) {
@@ -1178,30 +1146,30 @@ static void *large_realloc(void *p, size_t n) {
   }
   if (len < s->len) { /* shrink in place: the whole chunks past the end go to the cache */
     span_t *list = NULL;
-    pthread_mutex_lock(&ace_lock);
+    pthread_mutex_lock(&large_lock);
     span_split(s, len, hm_now_ns(), &list);
-    pthread_mutex_unlock(&ace_lock);
+    pthread_mutex_unlock(&large_lock);
     unmap_list(list);
     count_block(1, p);
   } else if (s->dirty < page_round(n + HM_GUARD_SIZE)) {
     /* grown within its span: the pages it may touch reach further (a
      * purge gives back the dirty extent only, and bucket_find reads it) */
-    pthread_mutex_lock(&ace_lock);
+    pthread_mutex_lock(&large_lock);
     s->dirty = max_sz(s->dirty, page_round(n + HM_GUARD_SIZE));
-    pthread_mutex_unlock(&ace_lock);
+    pthread_mutex_unlock(&large_lock);
   }
   return p;
 }
 
 void hm_large_fork_prepare(void) {
   hm_pack_fork_prepare();
-  pthread_mutex_lock(&ace_lock);
+  pthread_mutex_lock(&large_lock);
 }
 void hm_large_fork_parent(void) {
-  pthread_mutex_unlock(&ace_lock);
+  pthread_mutex_unlock(&large_lock);
   hm_pack_fork_parent();
 }
 void hm_large_fork_child(void) {
-  pthread_mutex_init(&ace_lock, NULL);
+  pthread_mutex_init(&large_lock, NULL);
   hm_pack_fork_child();
 }

@@ -1,0 +1,109 @@
+/* The fast paths: malloc and free, inline into override.c's malloc/free
+ * and alloc.c's hak_malloc/hak_free (docs/DESIGN.md, "Fast paths"). Above
+ * the lanes, below the API. */
+#ifndef HAKMEM_FASTPATH_H
+#define HAKMEM_FASTPATH_H
+
+#include "heap.h"
+
+/* (Not written as hm_malloc_small behind a POOL_MAX test: testing DIRECT_MAX
+ * first saves direct sizes a compare and a branch.) */
+HM_INLINE void *hm_malloc(size_t n) {
+  heap_t *h = hm_tls_heap;
+  if (likely(n <= DIRECT_MAX)) return hm_slab_pop(h, h->direct[(n + 15) >> 4], n);
+  if (likely(n <= MEDIUM_MAX)) return hm_slab_pop(h, h->cur[hm_size_class(n)], n);
+  if (n <= POOL_MAX) return hm_malloc_big(n);
+  return hm_large_alloc(n, 0);
+}
+
+/* x == y ? a : b, by a conditional move: where the test is a coin toss, a
+ * branch on it is mispredicted every other time (and gcc makes a ?: of
+ * two slab addresses a branch). */
+HM_INLINE slab_t *hm_select_slab(const void *x, const void *y, slab_t *a, slab_t *b) {
+#if defined(__x86_64__)
+  __asm__("cmp %2, %1\n\tcmove %3, %0" : "+r"(b) : "r"(x), "rm"(y), "r"(a) : "cc"); /* (y may stay in memory) */
+  return b;
+#else
+  return (slab_t *)((uintptr_t)b ^ (((uintptr_t)a ^ (uintptr_t)b) & -(uintptr_t)(x == y)));
+#endif
+}
+
+/* free for a thread that trades blocks with others (hm_tls_free_id): its
+ * frees are its own blocks and others' by turns, a branch on which is
+ * mispredicted every other time (docs/DESIGN.md, "Threads"). So both are
+ * pushed alike,
+ * on a slab chosen without a branch: the block's own slab for its owner,
+ * else this thread's foreign cache of its class, or the stand-in while the
+ * shape names none (fc_off), whose `used` of 1 sends the block to
+ * hm_free_push_slow. Every thread checks the block against the shape (the
+ * descriptor's line stays with the owner). */
+HM_INLINE void hm_free_trading(heap_t *h, const heap_t *owner, superslab_t *ss, slab_t *s, const slab_shape_t *sh,
+                               void *p) {
+  if (unlikely(!hm_block_mark_free(sh, s, p))) { /* hardening */
+    hm_free_suspect(p);
+    return;
+  }
+  uint16_t fc_off = __atomic_load_n(&sh->fc_off, __ATOMIC_RELAXED);
+  slab_t *fc = (slab_t *)((char *)h + fc_off);
+  /* While the cache serves the class's mallocs, the thread's own blocks go
+   * there too: one list, whose newest block the next malloc takes while it
+   * is still in this core's cache. The owner is compared with the cache's
+   * own_id, h then h + 1, which no heap is (the stand-in's: h). */
+  slab_t *t = hm_select_slab(owner, (const void *)fc->own_id, s, fc);
+  block_t *b = (block_t *)p;
+#ifdef HAKMEM_DEBUG
+  if (t == s) hm_check_block(s, b);
+#endif
+#if HM_FAST_COUNTERS
+  if (owner == h)
+    HM_STAT_ADD(h, free_local[s->cls], 1);
+  else if (t != &h->fc_stand_in)
+    HM_STAT_ADD(h, free_remote[t->cls], 1);
+#endif
+  /* On the free list, not local_free: the next malloc takes the newest
+   * block, still in this core's cache (popped in the order freed, most
+   * mallocs missed the cache on the block). */
+  b->next = t->free;
+  t->free = b;
+  /* emptied, FULL, the foreign cache over budget, or the stand-in */
+  if (unlikely(--t->used == 0)) hm_free_push_slow(h, ss, t, b);
+}
+
+/* free: find the SuperSlab by masking, the slab by its unit's entry. */
+HM_INLINE void hm_free(void *p) {
+  if (likely(hm_reg_is((uintptr_t)p, REG_SS))) {
+    superslab_t *ss = hm_ss_of(p);
+    /* (one scaled entry for both arrays: the addresses fold into the loads) */
+    uintptr_t o = (uintptr_t)ss->unit_slab[hm_ss_offset(p) >> SS_UNIT_SHIFT] * (sizeof(slab_shape_t) / HM_UNIT_MUL);
+    slab_t *s = (slab_t *)((char *)ss->slabs + o * (sizeof(slab_t) / sizeof(slab_shape_t)));
+    const slab_shape_t *sh = (const slab_shape_t *)((const char *)ss->shape + o);
+    uintptr_t id = hm_tls_free_id;
+    /* The owner checks the block against the descriptor it writes anyway,
+     * another thread against the shape (the descriptor's line stays with
+     * the owner). A thread that trades never takes this branch, whose
+     * outcome would be a coin toss for it. */
+    if (likely((uintptr_t)HM_PEEK_OWNER(ss) == id)) {
+      if (unlikely(!hm_block_mark_free_own(s, p))) { /* hardening */
+        hm_free_suspect(p);
+        return;
+      }
+      hm_free_push_own((heap_t *)id, s, (block_t *)p);
+      return;
+    }
+#ifndef HAKMEM_SECURE
+    if (id & 1) {
+      hm_free_trading((heap_t *)(id - 1), atomic_load_explicit(&ss->owner, memory_order_relaxed), ss, s, sh, p);
+      return;
+    }
+#endif
+    if (unlikely(!hm_block_mark_free(sh, s, p))) {
+      hm_free_suspect(p);
+      return;
+    }
+    hm_free_foreign((heap_t *)id, ss, (block_t *)p);
+    return;
+  }
+  hm_free_slow(p);
+}
+
+#endif /* HAKMEM_FASTPATH_H */

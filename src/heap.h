@@ -1,0 +1,59 @@
+/* The pool's inline paths: pop a block of a slab, push a freed block of
+ * one's own slab, malloc of pool sizes. Used by the lanes (big.c, large.c),
+ * misuse.c and the fast paths (fastpath.h). */
+#ifndef HAKMEM_HEAP_H
+#define HAKMEM_HEAP_H
+
+#include "block.h"
+
+/* Pop a block of s; when its free list is empty, take the owner's frees
+ * (local_free) as the new free list right here, the commonest refill; the
+ * slow path does the rest. */
+HM_INLINE void *hm_slab_pop(heap_t *h, slab_t *s, size_t n) {
+  block_t *b = s->free;
+  if (unlikely(!hm_head_ok(s, b))) { /* hardening: b != NULL (secure: and not damaged) */
+    if (b != NULL || !hm_head_ok(s, b = s->local_free)) return hm_alloc_slow(n);
+    /* (sampling on: the swap charges the list first: sample.h) */
+    if (unlikely(hm_sample_active)) return hm_sample_swap(h, s, n);
+    s->local_free = NULL;
+    /* blocks taken: all the owner freed, unless s is the foreign cache */
+    HM_STAT_REFILL(h, HM_REFILL_LOCAL, s->in_use == SLAB_FOREIGN ? 0 : s->carved - s->used);
+  }
+  (void)h;
+  hm_check_block(s, b);
+  block_t *next = hm_next_decode(s, b);
+  s->free = next;
+  __builtin_prefetch(next); /* the next pop reads its link: start the load now */
+  s->used++;
+  HM_STAT_ADD(h, alloc[s->cls], 1);
+  return hm_block_handout(s, b, next); /* hardening: clears the free tag (secure: checks) */
+}
+
+/* malloc for n <= POOL_MAX: pop the current slab's free list. */
+HM_INLINE void *hm_malloc_small(size_t n) {
+  heap_t *h = hm_tls_heap;
+  if (likely(n <= DIRECT_MAX)) return hm_slab_pop(h, h->direct[(n + 15) >> 4], n);
+  if (likely(n <= MEDIUM_MAX)) return hm_slab_pop(h, h->cur[hm_size_class(n)], n);
+  return hm_malloc_big(n);
+}
+
+/* The owner's push of a block being freed: on local_free, without atomics. */
+HM_INLINE void hm_free_push_own(heap_t *h, slab_t *s, block_t *b) {
+  hm_check_block(s, b);
+  HM_STAT_ADD(h, free_local[s->cls], 1);
+  hm_next_set(s, b, s->local_free);
+  s->local_free = b;
+  if (unlikely(--s->used == 0)) hm_free_local_slow(h, s); /* emptied, or FULL */
+}
+
+/* Push a block being freed: the owner on local_free, other threads through
+ * hm_free_foreign. */
+HM_INLINE void hm_free_push(superslab_t *ss, slab_t *s, block_t *b) {
+  heap_t *h = hm_tls_heap;
+  if (likely(atomic_load_explicit(&ss->owner, memory_order_relaxed) == h))
+    hm_free_push_own(h, s, b);
+  else
+    hm_free_foreign(h, ss, b);
+}
+
+#endif /* HAKMEM_HEAP_H */
