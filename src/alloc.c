@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "fastpath.h"
+#include "usable.h"
 
 void *hak_malloc(size_t n) { return hm_malloc(n); }
 void hak_free(void *p) { hm_free(p); }
@@ -38,7 +39,10 @@ static bool is_libc_block(const void *p) {
   return hm_force_libc != 0;
 }
 
-size_t hak_malloc_usable_size(void *p) {
+size_t hak_malloc_usable_size(void *p) { return hm_usable(p); }
+
+/* Past hm_usable's fast path: NULL, libc blocks, and what is reported. */
+size_t hm_usable_slow(void *p) {
   if (p == NULL) return 0;
   if (is_libc_block(p)) {
     size_t (*libc_usable)(void *) = (size_t (*)(void *))libc_symbol("malloc_usable_size");

@@ -68,6 +68,8 @@ HM_HIDDEN void *hm_os_remap(void *p, size_t old_len, size_t new_len, bool may_mo
  * and empty (it reads zeros); NULL if the OS refused (MREMAP_DONTUNMAP,
  * Linux 5.7). */
 HM_HIDDEN void *hm_os_move_pages(void *p, size_t len);
+/* Move [p, p+len) over [dst, dst+len), replacing that mapping (MREMAP_FIXED). */
+HM_HIDDEN bool hm_os_move_over(void *p, size_t len, void *dst);
 /* Bytes given back with madvise and not yet reused (part of committed). */
 HM_HIDDEN void hm_os_purged_add(size_t bytes);
 HM_HIDDEN void hm_os_purged_sub(size_t bytes);
@@ -248,6 +250,7 @@ HM_HIDDEN size_t hm_big_collect(heap_t *h);
 HM_HIDDEN bool hm_pack_enabled(void);
 HM_HIDDEN void *hm_pack_alloc(size_t n, bool zero);     /* NULL: use a span */
 HM_HIDDEN size_t hm_pack_usable(const void *p);          /* 0: not a live block's start */
+HM_HIDDEN size_t hm_pack_usable_live(const void *p);     /* the same without the lock (usable.h) */
 HM_HIDDEN bool hm_pack_is_freed(const void *p);
 HM_HIDDEN size_t hm_pack_free(void *p);                  /* its bytes; 0: not a live block's start */
 HM_HIDDEN bool hm_pack_resize(void *p, size_t n);        /* in place (n <= HM_PACK_MAX) */
@@ -273,6 +276,7 @@ HM_HIDDEN void *hm_large_calloc(size_t n);
 HM_HIDDEN void *hm_large_realloc(void *p, size_t n);
 HM_HIDDEN void hm_large_free(void *p);
 HM_HIDDEN size_t hm_large_usable(const void *p); /* 0: not the start of a large block */
+HM_HIDDEN size_t hm_large_usable_live(const void *p, unsigned kind); /* the same without locks (usable.h) */
 HM_HIDDEN bool hm_large_is_freed(const void *p); /* the start of a freed (cached) large block */
 HM_HIDDEN void hm_large_fork_prepare(void);
 HM_HIDDEN void hm_large_fork_parent(void);

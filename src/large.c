@@ -438,8 +438,15 @@ static span_t *span_ending_at(const char *x) {
  * stretches over the left one, and spans kept apart let a request pick the
  * one whose extent fits it (bucket_find). */
 static bool mergeable(const span_t *c, const span_t *s, uint64_t now, const span_t *right, bool any) {
-  return c != NULL && (s->len + c->len) >> SS_SHIFT <= LARGE_BUCKETS &&
-         (any || (right->dirty == 0 && now - c->freed_ns < LARGE_EPOCH_NS));
+  if (c == NULL || (s->len + c->len) >> SS_SHIFT > LARGE_BUCKETS) return false;
+  const span_t *left = right == s ? c : s;
+  /* Or the left one is longer than a chunk and dirty to within a chunk of
+   * its end: the merged extent overstates the resident pages by less than
+   * a chunk, and a block and the rest of the span it was split from come
+   * together again (else a churn of blocks of many sizes splits the cache
+   * into short dirty spans that fit no request). */
+  bool whole = left->len > SS_SIZE && left->dirty + SS_SIZE >= left->len;
+  return any || ((right->dirty == 0 || whole) && now - c->freed_ns < LARGE_EPOCH_NS);
 }
 
 /* Merge s (leaving the cache's lists, not yet in them) with the cached
@@ -475,7 +482,10 @@ static void cache_put(span_t *s, uint64_t now, bool spare, span_t **list) {
     uint64_t freed_ns = now;
     size_t len = s->len;
     s = coalesce(s, now, &freed_ns, !room);
-    if (room || s->len != len) {
+    /* (past capacity and merged with no neighbour, still kept while the
+     * cache is within its bound: a cached span serves any length, split,
+     * grown or gathered) */
+    if (room || s->len != len || cache_bytes + s->len <= max_cached()) {
       cache_push(s, freed_ns);
       cache_trim(list);
       cache_check();
@@ -647,6 +657,110 @@ static char *map_span(size_t len, size_t align) {
   return p;
 }
 
+/* No cached span is long enough for a block of len bytes: the cached
+ * spans with the most resident pages that fit in it together (at most
+ * LARGE_GATHER_MAX, the most resident first), taken out of the cache, so
+ * that a block larger than any cached span takes their pages and faults
+ * in only the rest, where a fresh mapping faults in all of it while the
+ * cached spans sit unused (and the bound unmaps them). One piece stays a
+ * span in use (ace_alloc grows it: large_grow); several leave the
+ * registry, to be moved into a new mapping (gather). Returns how many. */
+#define LARGE_GATHER_MAX 8
+#define LARGE_GATHER_SCAN 64
+#define LARGE_PIECES_MIN ((size_t)4 << 20) /* longer requests take pieces */
+typedef struct piece {
+  char *base;
+  size_t len, dirty;
+} piece_t;
+
+static unsigned cache_take_pieces(size_t len, span_t **one, piece_t *pieces) {
+  span_t *cand[LARGE_GATHER_SCAN];
+  unsigned nc = 0;
+  for (size_t k = (len >> SS_SHIFT) - 1; k >= 1; k--) {
+    unsigned n = 0;
+    for (span_t *s = buckets[k].head; s != NULL && n < LARGE_ALIGN_SCAN && nc < LARGE_GATHER_SCAN; s = s->next, n++) {
+      if (s->dirty == 0) continue;
+      unsigned i = nc++; /* sorted by dirty extent, largest first */
+      for (; i > 0 && cand[i - 1]->dirty < s->dirty; i--) cand[i] = cand[i - 1];
+      cand[i] = s;
+    }
+  }
+  span_t *pick[LARGE_GATHER_MAX];
+  unsigned np = 0;
+  size_t sum = 0;
+  for (unsigned i = 0; i < nc && np < LARGE_GATHER_MAX && sum < len; i++)
+    if (sum + cand[i]->len <= len) {
+      pick[np++] = cand[i];
+      sum += cand[i]->len;
+    }
+#ifdef HAKMEM_SECURE
+  if (np > 1) np = 1; /* (a cached span keeps its guard page: none may end up inside a span) */
+#endif
+  for (unsigned i = 0; i < np; i++) {
+    span_t *s = pick[i];
+    cache_unlink(s);
+    s->purged_ns = 0; /* (its dirty extent says what is left) */
+    if (np == 1) {
+      s->state = SPAN_USED;
+      *one = s;
+      break;
+    }
+    pieces[i] = (piece_t){s->base, s->len, s->dirty};
+    s->state = SPAN_NONE;
+    reg_unmark(s);
+    tsan_release(s); /* (once moved away, the slot may be reused: see unmap_list) */
+  }
+  return np;
+}
+
+/* A miss for a short span maps an eighth of what the lane holds, 16 to 64
+ * MiB (ace_alloc). */
+static size_t refill_len(void) {
+  size_t refill = atomic_load_explicit(&mapped_bytes, memory_order_relaxed) / 8;
+  refill = refill < LARGE_REFILL_MIN ? LARGE_REFILL_MIN : refill > LARGE_REFILL_MAX ? LARGE_REFILL_MAX : refill;
+  return refill & ~(size_t)SS_MASK;
+}
+
+/* Put back a piece that could not be moved. Lock held. */
+static void piece_return(const piece_t *pc, uint64_t now, span_t **list) {
+  span_t *s = span_record(pc->base, pc->len, SPAN_USED);
+  s->dirty = pc->dirty;
+  cache_put(s, now, true, list);
+}
+
+/* A block of n bytes (a span of len) made of the np pieces: a new mapping
+ * of len bytes, over whose start their pages are moved one after another
+ * (mremap, nothing copied). NULL if the OS refused the mapping; the
+ * pieces that could not be moved go back to the cache. */
+static char *gather(piece_t *pieces, unsigned np, size_t n, size_t len) {
+  leaves_t l;
+  char *p = NULL;
+  size_t off = 0, dirty = 0;
+  if (leaves_claim(&l, leaves_for(len)) && (p = map_span(len, HM_PAGE_SIZE)) != NULL) {
+    atomic_fetch_add_explicit(&mapped_bytes, len, memory_order_relaxed);
+    for (unsigned i = 0; i < np; i++) {
+      if (!hm_os_move_over(pieces[i].base, pieces[i].len, p + off)) continue; /* (two mappings: EFAULT) */
+      atomic_fetch_sub_explicit(&mapped_bytes, pieces[i].len, memory_order_relaxed);
+      dirty = max_sz(dirty, off + pieces[i].dirty);
+      off += pieces[i].len;
+      pieces[i].len = 0; /* moved */
+    }
+  }
+  span_t *list = NULL;
+  uint64_t now = hm_now_ns();
+  pthread_mutex_lock(&large_lock);
+  leaves_install(p, len, &l);
+  if (p != NULL) span_record(p, len, SPAN_USED)->dirty = max_sz(dirty, page_round(n + HM_GUARD_SIZE));
+  for (unsigned i = 0; i < np; i++)
+    if (pieces[i].len != 0) piece_return(&pieces[i], now, &list);
+  pthread_mutex_unlock(&large_lock);
+  unmap_list(list);
+  return p;
+}
+
+static void *large_grow(span_t *s, size_t n, size_t len, bool keep);
+static void large_free(void *p);
+
 static void *ace_alloc(size_t n, size_t asked_align, bool *fresh) {
   size_t align = asked_align < HM_PAGE_SIZE ? HM_PAGE_SIZE : asked_align; /* every span is page aligned */
   if (align >= LARGE_LIMIT || n > LARGE_LIMIT - align) return fail("Threshold", n, asked_align, ENOMEM);
@@ -662,14 +776,34 @@ static void *ace_alloc(size_t n, size_t asked_align, bool *fresh) {
    * 64 MiB), the rest cached (clean memory): the next misses, and growing
    * the block in place, need no system call, and a working set that
    * fluctuates finds its peaks provided for. */
-  size_t map = len;
-  size_t refill = atomic_load_explicit(&mapped_bytes, memory_order_relaxed) / 8;
-  refill = refill < LARGE_REFILL_MIN ? LARGE_REFILL_MIN : refill > LARGE_REFILL_MAX ? LARGE_REFILL_MAX : refill;
-  refill &= ~(size_t)SS_MASK;
+  size_t map = len, refill = refill_len();
   if (len <= refill / 2 && align <= SS_SIZE && cache_bytes + refill - len <= max_cached()) map = refill;
+  /* Above 4 MiB, cached spans shorter than the request make it up first:
+   * the faults of a fresh span outweigh the calls (one or more for each
+   * such miss, where a refill makes one for many short ones) */
+  piece_t pieces[LARGE_GATHER_MAX];
+  unsigned np = 0;
+  if (s == NULL && align == HM_PAGE_SIZE && len > LARGE_PIECES_MIN) np = cache_take_pieces(len, &s, pieces);
   pthread_mutex_unlock(&large_lock);
   unmap_list(list);
   list = NULL;
+  if (np > 1) {
+    char *q = gather(pieces, np, n, len);
+    if (q != NULL) {
+      *fresh = false;
+      return q;
+    }
+  }
+  if (s != NULL && s->len < len) { /* one piece: grow it */
+    char *old = s->base, *q = large_grow(s, n, len, false);
+    if (q != NULL) {
+      guard_on(span_at(q, SPAN_USED));
+      *fresh = false;
+      return q;
+    }
+    large_free(old); /* back to the cache; map instead */
+    s = NULL;
+  }
   if (s != NULL) {
     guard_on(s);
     *fresh = false;
@@ -852,6 +986,14 @@ size_t hm_large_usable(const void *p) {
   return s != NULL ? s->len - HM_GUARD_SIZE : 0;
 }
 
+/* malloc_usable_size's fast path (usable.h): no lock. A live block's
+ * descriptor (or pack page) changes only by its owner's calls. */
+size_t hm_large_usable_live(const void *p, unsigned kind) {
+  if (kind == REG_LARGE_PACK) return hm_pack_usable_live(p);
+  span_t *s = kind == REG_LARGE_HEAD ? slot(chunk_of(p)) : NULL;
+  return s != NULL && s->state == SPAN_USED && s->base == p ? s->len - HM_GUARD_SIZE : 0;
+}
+
 bool hm_large_is_freed(const void *p) {
   if (packed(p)) return hm_pack_is_freed(p);
   pthread_mutex_lock(&large_lock);
@@ -970,8 +1112,10 @@ static void *remap(char *p, size_t old, size_t len, bool may_move) {
 }
 
 /* Grow the block of s to n bytes (a span of len): into cached neighbours,
- * else in place with mremap, else moved by mremap. */
-static void *large_grow(span_t *s, size_t n, size_t len) {
+ * else in place with mremap, else moved by mremap. Unless `keep` (a span
+ * taken from the cache for a new block: ace_alloc), a failure returns NULL
+ * quietly with s as it was, and nothing is ever copied. */
+static void *large_grow(span_t *s, size_t n, size_t len, bool keep) {
   char *p = s->base;
   size_t old = s->len, need = page_round(n + HM_GUARD_SIZE);
   span_t *list = NULL;
@@ -988,7 +1132,7 @@ static void *large_grow(span_t *s, size_t n, size_t len) {
   /* (leaves claimed for the range in hand first: an allocation of leaves
    * could take the free range after the span) */
   leaves_t l;
-  if (!leaves_claim(&l, leaves_missing(p, len))) return fail_refused(had_cache, n, 0, ENOMEM);
+  if (!leaves_claim(&l, leaves_missing(p, len))) return keep ? fail_refused(had_cache, n, 0, ENOMEM) : NULL;
   guard_lift(s); /* its end moves; and mremap takes only a range of one mapping */
   if (next_free && hm_os_remap(p, old, len, false) != NULL) {
     atomic_fetch_add_explicit(&mapped_bytes, len - old, memory_order_relaxed);
@@ -1005,13 +1149,13 @@ static void *large_grow(span_t *s, size_t n, size_t len) {
   pthread_mutex_lock(&large_lock);
   leaves_install(NULL, 0, &l);
   pthread_mutex_unlock(&large_lock);
-  if (!leaves_claim(&l, leaves_for(len))) return fail_refused(had_cache, n, 0, ENOMEM);
+  if (!leaves_claim(&l, leaves_for(len))) return keep ? fail_refused(had_cache, n, 0, ENOMEM) : NULL;
   pthread_mutex_lock(&large_lock);
   size_t dirty = s->dirty;
   s->state = SPAN_NONE;
   reg_unmark(s);
   pthread_mutex_unlock(&large_lock);
-  char *q = remap(p, old, len, true);
+  char *q = keep ? remap(p, old, len, true) : hm_os_remap(p, old, len, true);
   int err = errno;
   if (q != NULL) atomic_fetch_add_explicit(&mapped_bytes, len - old, memory_order_relaxed);
   if (q != NULL && (uintptr_t)q + len > LARGE_LIMIT) hm_fatal("realloc", q, "mremap moved a block beyond the registry");
@@ -1023,6 +1167,7 @@ static void *large_grow(span_t *s, size_t n, size_t len) {
     span_record(p, old, SPAN_USED)->dirty = dirty;
   pthread_mutex_unlock(&large_lock);
   if (q != NULL) return q;
+  if (!keep) return NULL;
   if (err == ENOMEM) return fail_refused(had_cache, n, 0, err);
   /* EFAULT: the span is made of two mappings (it grew into a neighbour),
    * which mremap cannot move as one: copy instead. */
@@ -1140,7 +1285,7 @@ static void *large_realloc(void *p, size_t n) {
   size_t len = span_len_for(n + HM_GUARD_SIZE);
   if (len != s->len) count_block(-1, p); /* (a resize counts as a free and an allocation) */
   if (len > s->len) {
-    void *q = large_grow(s, n, len);
+    void *q = large_grow(s, n, len, true);
     count_block(1, q != NULL ? q : p);
     return q;
   }

@@ -58,6 +58,15 @@ void *hm_os_move_pages(void *p, size_t len) {
   return q;
 }
 
+/* Move the pages of [p, p+len) over [dst, dst+len), a mapping of ours
+ * they replace (its pages untouched); false if the OS refused. */
+bool hm_os_move_over(void *p, size_t len, void *dst) {
+  if (mremap(p, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == MAP_FAILED) return false;
+  atomic_fetch_add_explicit(&n_mremap, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&committed, len, memory_order_relaxed); /* dst's old pages went */
+  return true;
+}
+
 /* Resize a mapping, moving it if may_move; NULL if the OS refused. */
 void *hm_os_remap(void *p, size_t old_len, size_t new_len, bool may_move) {
   void *q = mremap(p, old_len, new_len, may_move ? MREMAP_MAYMOVE : 0);

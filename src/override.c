@@ -4,6 +4,7 @@
 #include <malloc.h>
 
 #include "fastpath.h"
+#include "usable.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -17,7 +18,7 @@ EXPORT void *aligned_alloc(size_t align, size_t n) { return hak_aligned_alloc(al
 EXPORT void *memalign(size_t align, size_t n) { return hak_memalign(align, n); }
 EXPORT void *valloc(size_t n) { return hak_valloc(n); }
 EXPORT void *pvalloc(size_t n) { return hak_pvalloc(n); }
-EXPORT size_t malloc_usable_size(void *p) { return hak_malloc_usable_size(p); }
+EXPORT size_t malloc_usable_size(void *p) { return hm_usable(p); }
 EXPORT int malloc_trim(size_t pad) { return hak_malloc_trim(pad); }
 
 /* glibc's statistics, answered from hakmem's figures (src/stats.c) */

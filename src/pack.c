@@ -397,6 +397,16 @@ size_t hm_pack_usable(const void *p) {
   return u;
 }
 
+/* The same without the lock, for malloc_usable_size (usable.h): a block's
+ * length is kept at its first page while it lives, 0 elsewhere, and only
+ * the block's own free or realloc changes it. */
+size_t hm_pack_usable_live(const void *p) {
+  pack_t *pk = pack_of(p);
+  uintptr_t off = (uintptr_t)p - (uintptr_t)pk;
+  if ((off & (HM_PAGE_SIZE - 1)) != 0 || off == 0) return 0;
+  return (size_t)__atomic_load_n(&pk->pages[off / HM_PAGE_SIZE], __ATOMIC_RELAXED) * HM_PAGE_SIZE;
+}
+
 bool hm_pack_is_freed(const void *p) {
   pack_t *pk = pack_of(p);
   uintptr_t off = (uintptr_t)p - (uintptr_t)pk;
@@ -614,6 +624,7 @@ void hm_pack_fork_child(void) { pthread_mutex_init(&pack_lock, NULL); }
 bool hm_pack_enabled(void) { return false; }
 void *hm_pack_alloc(size_t n, bool zero) { (void)n, (void)zero; return NULL; }
 size_t hm_pack_usable(const void *p) { (void)p; return 0; }
+size_t hm_pack_usable_live(const void *p) { (void)p; return 0; }
 bool hm_pack_is_freed(const void *p) { (void)p; return false; }
 size_t hm_pack_free(void *p) { (void)p; return 0; }
 bool hm_pack_resize(void *p, size_t n) { (void)p, (void)n; return false; }

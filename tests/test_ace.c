@@ -24,6 +24,9 @@
  *   invalid     double free, a stale pointer after a move (a double free
  *               too: realloc freed it) and an interior pointer abort
  *   threads     4 threads allocating, growing and freeing large blocks
+ *   grow_cached a request longer than any cached span grows one (mremap)
+ *   gather      ... or is made of several, their pages moved into one mapping
+ *   churn       blocks of 5-25 MiB churned in 20 slots: few OS calls
  *
  * hakmem-specific (OS counters, lanes): skipped under the test shim.
  *
@@ -68,6 +71,13 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
 }
 
 void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
+  if (flags & MREMAP_FIXED) { /* (a move to a place of the caller's) */
+    va_list ap;
+    va_start(ap, flags);
+    void *to = va_arg(ap, void *);
+    va_end(ap);
+    return (void *)syscall(SYS_mremap, old, old_len, new_len, flags, to);
+  }
   long r = syscall(SYS_mremap, old, old_len, new_len, flags & ~MREMAP_MAYMOVE, NULL);
   if (r != -1 || !(flags & MREMAP_MAYMOVE) || (flags & MREMAP_FIXED) || !whole_chunks(new_len)) {
     if (r == -1 && (flags & MREMAP_MAYMOVE) && !(flags & MREMAP_FIXED))
@@ -397,6 +407,89 @@ static void test_release(void) {
   malloc_trim(0);
 }
 
+/* A request longer than every cached span grows the most resident one
+ * (mremap) instead of mapping a fresh span: no mmap, and the mapping grows
+ * only by the difference. */
+static void test_grow_cached(void) {
+  malloc_trim(0);
+  char *a = malloc(6 * MiB);
+  memset(a, 1, 6 * MiB);
+  free(a);
+  malloc_trim(0); /* nothing cached but... */
+  a = malloc(6 * MiB);
+  memset(a, 1, 6 * MiB);
+  char *sep = malloc(3 * MiB); /* (whatever the refill left after a, taken) */
+  free(a); /* ...a: a span of 6 MiB, resident */
+  struct hak_os_stats s0, s1;
+  hak_os_stats_get(&s0);
+  mark();
+  char *b = malloc(20 * MiB);
+  hak_os_stats_get(&s1);
+  CHECK(b != NULL, "malloc");
+  CHECK(d_mmap() == 0, "a 20 MiB request with a 6 MiB span cached: %zu mmap, %zu mremap", d_mmap(), d_mremap());
+  CHECK(s1.committed_bytes - s0.committed_bytes <= 14 * MiB, "the lane mapped %zu KiB more for 20 MiB, 6 MiB cached",
+        (s1.committed_bytes - s0.committed_bytes) / 1024);
+  CHECK(malloc_usable_size(b) == 20 * MiB, "usable %zu", malloc_usable_size(b));
+  memset(b, 2, 20 * MiB);
+  free(b);
+  free(sep);
+}
+
+/* A request longer than every cached span, with two dirty cached spans
+ * that fit in it together: their pages are moved into one new mapping
+ * (one mmap and an mremap each), so the lane maps no more memory than
+ * before, and the block starts with the most resident one's pages, then
+ * the other's (their contents show it). */
+static void test_gather(void) {
+  malloc_trim(0);
+  char *a = malloc(10 * MiB), *s1 = malloc(10 * MiB), *b = malloc(12 * MiB), *s2 = malloc(10 * MiB);
+  CHECK(a && s1 && b && s2, "malloc");
+  memset(a, 0xA1, 10 * MiB);
+  memset(b, 0xB2, 12 * MiB);
+  free(a);
+  free(b); /* (the blocks between keep them apart) */
+  struct hak_os_stats s0, st;
+  hak_os_stats_get(&s0);
+  mark();
+  unsigned char *c = malloc(22 * MiB);
+  hak_os_stats_get(&st);
+  CHECK(c != NULL, "malloc");
+  CHECK(d_mmap() == 1 && d_mremap() == 2, "gathering two spans: %zu mmap, %zu mremap", d_mmap(), d_mremap());
+  CHECK(st.committed_bytes == s0.committed_bytes, "the lane mapped %ld KiB more for 22 MiB with 22 MiB cached",
+        (long)(st.committed_bytes - s0.committed_bytes) / 1024);
+  CHECK(c[0] == 0xB2 && c[12 * MiB - 1] == 0xB2 && c[12 * MiB] == 0xA1 && c[22 * MiB - 1] == 0xA1,
+        "the block does not hold the cached spans' pages: %#x %#x %#x %#x", c[0], c[12 * MiB - 1], c[12 * MiB],
+        c[22 * MiB - 1]);
+  memset(c, 3, 22 * MiB);
+  free(c);
+  free(s1);
+  free(s2);
+}
+
+/* Blocks of 5-25 MiB churned in 20 slots (each step replaces a random one,
+ * the new block allocated before the old one is freed, as C++'s
+ * `v[j] = make_unique<char[]>(n)` does): after a warm-up, spans are reused
+ * across sizes (split, merged back, grown), so the lane makes few calls. */
+static void test_churn(void) {
+  malloc_trim(0);
+  enum { SLOTS = 20, WARM = 100, STEPS = 400 };
+  char *v[SLOTS] = {0};
+  tc_rng r = {42};
+  for (int i = 0; i < WARM + STEPS; i++) {
+    if (i == WARM) mark();
+    size_t j = tc_below(&r, SLOTS), n = (5 + tc_below(&r, 21)) * MiB;
+    char *p = malloc(n);
+    CHECK(p != NULL, "malloc(%zu)", n);
+    p[0] = p[n - 1] = 1;
+    free(v[j]);
+    v[j] = p;
+  }
+  size_t calls = d_mmap() + d_munmap() + d_mremap();
+  CHECK(calls <= STEPS / 20, "%d steps made %zu mmap, %zu munmap, %zu mremap", STEPS, d_mmap(), d_munmap(),
+        d_mremap());
+  for (int j = 0; j < SLOTS; j++) free(v[j]);
+}
+
 /* HAKMEM_ACE_MAX_MB=8 (set by ctest): of six 4 MiB spans freed, at most
  * 8 MiB stay cached (and some do), and only that much is reused. */
 static void test_bound(void) {
@@ -417,9 +510,10 @@ static void test_bound(void) {
   CHECK(cached >= 4 * MiB, "only %zu KiB cached", cached / 1024);
   CHECK(b.munmap_calls > a.munmap_calls, "no span was unmapped");
   mark();
+  /* (a cached span shorter than a request is grown to it by mremap) */
   for (int i = 0; i < 6; i++) p[i] = malloc(3 * MiB);
-  CHECK(d_mmap() == 6 - cached / (4 * MiB), "re-allocating six with %zu KiB cached: %zu mmap", cached / 1024,
-        d_mmap());
+  CHECK(d_mmap() + d_mremap() == 6 - cached / (4 * MiB), "re-allocating six with %zu KiB cached: %zu mmap, %zu mremap",
+        cached / 1024, d_mmap(), d_mremap());
   for (int i = 0; i < 6; i++) free(p[i]);
 }
 
@@ -617,7 +711,8 @@ int main(int argc, char **argv) {
     void (*fn)(void);
   } parts[] = {{"boundaries", test_boundaries}, {"cache", test_cache},   {"realloc", test_realloc},
                {"aligned", test_aligned},       {"trim", test_trim},     {"release", test_release}, {"dirty", test_dirty}, {"trace", test_trace},
-               {"invalid", test_invalid},       {"threads", test_threads}, {"bound", test_bound}};
+               {"invalid", test_invalid},       {"threads", test_threads}, {"bound", test_bound},
+               {"grow_cached", test_grow_cached}, {"gather", test_gather}, {"churn", test_churn}};
   int ran = 0;
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
     bool bound = strcmp(parts[i].name, "bound") == 0;

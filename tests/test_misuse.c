@@ -244,6 +244,32 @@ static void c_usable_freed(void) {
   CHECK(malloc_usable_size(announce(a)) == 0, "malloc_usable_size of a freed block in warn mode");
 }
 
+/* malloc_usable_size's fast path (src/usable.h) sends all of these to the
+ * checked path: a freed span, a freed packed block (a span in secure
+ * mode), a pointer inside a packed block, inside a small block, and into a
+ * slab emptied and released since */
+static void c_usable_freed_large(void) {
+  char *a = malloc(8u << 20);
+  free(a);
+  CHECK(malloc_usable_size(announce(a)) == 0, "malloc_usable_size of a freed block in warn mode");
+}
+static void c_usable_freed_packed(void) {
+  char *a = malloc(300000), *b = malloc(300000); /* b keeps the pack */
+  free(a);
+  CHECK(malloc_usable_size(announce(a)) == 0, "malloc_usable_size of a freed block in warn mode");
+  free(b);
+}
+static void c_usable_interior_packed(void) {
+  char *p = live_block(300000);
+  CHECK(malloc_usable_size(announce(p + 8192)) == 0, "malloc_usable_size of a bad pointer in warn mode");
+  block_left_alone(p, 300000);
+}
+static void c_usable_interior_tiny(void) {
+  char *p = live_block(64);
+  CHECK(malloc_usable_size(announce(p + 16)) == 0, "malloc_usable_size of a bad pointer in warn mode");
+  block_left_alone(p, 64);
+}
+
 /* across threads: a is allocated by the main thread (its owner); each of
  * the two frees is by the owner or by another thread */
 static void *thread_free(void *p) {
@@ -344,6 +370,12 @@ static void c_double_released_slab(void) {
 /* The same, but the released slab's memory went back to the OS before the
  * second free (malloc_trim): the block holds no free tag any more, and
  * the owner's block check alone must refuse it. */
+static void c_usable_released_slab(void) {
+  static char *v[RELEASE_N];
+  release_first_slab(v);
+  CHECK(malloc_usable_size(announce(v[0])) == 0, "malloc_usable_size of a freed block in warn mode");
+}
+
 static void c_double_released_purged(void) {
   static char *v[RELEASE_N];
   release_first_slab(v);
@@ -642,6 +674,16 @@ static const struct mcase cases[] = {
     {"realloc_freed", c_realloc_freed, ABORTS, "double free", "realloc: block already free", 0, 0},
     {"realloc_freed_large", c_realloc_freed_large, ABORTS, "double free", "realloc: large block already freed", 0, 0},
     {"usable_freed", c_usable_freed, ABORTS, "double free", "malloc_usable_size: block already free", 0, 0},
+    {"usable_freed_large", c_usable_freed_large, ABORTS, "double free", "malloc_usable_size: large block already freed",
+     0, 0},
+    {"usable_freed_packed", c_usable_freed_packed, ABORTS, "double free",
+     "malloc_usable_size: large block already freed", 0, 0},
+    {"usable_interior_packed", c_usable_interior_packed, ABORTS, "invalid free",
+     "malloc_usable_size: inside a large block, not its start", 0, 0},
+    {"usable_interior_tiny", c_usable_interior_tiny, ABORTS, "invalid free",
+     "malloc_usable_size: interior pointer: byte 16 of a 64-byte block", 0, 0},
+    {"usable_released_slab", c_usable_released_slab, ABORTS, "double free",
+     "malloc_usable_size: block already free; its slab has been emptied since", 0, 0},
     {"double_owner_then_remote", c_double_owner_then_remote, ABORTS, "double free", "block already free", 0, 0},
     {"double_remote_then_owner", c_double_remote_then_owner, ABORTS, "double free", "block already free", 0, 0},
     {"double_remote_twice", c_double_remote_twice, ABORTS, "double free", "block already free", 0, 0},
