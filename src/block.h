@@ -33,8 +33,9 @@ enum { HM_OP_FREE, HM_OP_REALLOC, HM_OP_USABLE };
  * limit == 0. */
 HM_INLINE bool hm_slab_holds(const slab_shape_t *sh, const void *p) {
   uint32_t x = hm_ss_offset(p) - sh->start_off;
-  /* limit: written by the owner only, read by any freeing thread */
-  return (uint64_t)x * sh->div_mul < __atomic_load_n(&sh->limit, __ATOMIC_RELAXED);
+  /* limit: written by the owner only, read by any freeing thread (HM_PEEK:
+   * the compare takes it from memory) */
+  return (uint64_t)x * sh->div_mul < HM_PEEK(sh->limit);
 }
 /* The same check for the slab's owner, from its descriptor, whose line the
  * owner's free touches anyway (the shape is another line): the same

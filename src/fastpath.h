@@ -11,7 +11,7 @@
 HM_INLINE void *hm_malloc(size_t n) {
   heap_t *h = hm_tls_heap;
   if (likely(n <= DIRECT_MAX)) return hm_slab_pop(h, h->direct[(n + 15) >> 4], n);
-  if (likely(n <= MEDIUM_MAX)) return hm_slab_pop(h, h->cur[hm_size_class(n)], n);
+  if (likely(n <= MEDIUM_MAX)) return hm_slab_pop(h, h->cur[hm_medium_class_of(n)], n);
   if (n <= POOL_MAX) return hm_malloc_big(n);
   return hm_large_alloc(n, 0);
 }
@@ -37,14 +37,15 @@ HM_INLINE slab_t *hm_select_slab(const void *x, const void *y, slab_t *a, slab_t
  * shape names none (fc_off), whose `used` of 1 sends the block to
  * hm_free_push_slow. Every thread checks the block against the shape (the
  * descriptor's line stays with the owner). */
-HM_INLINE void hm_free_trading(heap_t *h, const heap_t *owner, superslab_t *ss, slab_t *s, const slab_shape_t *sh,
+HM_INLINE void hm_free_trading(uintptr_t id, const heap_t *owner, superslab_t *ss, slab_t *s, const slab_shape_t *sh,
                                void *p) {
+  heap_t *h = (heap_t *)(id - 1); /* (id: h + 1, hm_tls_free_id) */
   if (unlikely(!hm_block_mark_free(sh, s, p))) { /* hardening */
     hm_free_suspect(p);
     return;
   }
   uint16_t fc_off = __atomic_load_n(&sh->fc_off, __ATOMIC_RELAXED);
-  slab_t *fc = (slab_t *)((char *)h + fc_off);
+  slab_t *fc = (slab_t *)((char *)id + fc_off); /* (fc_off counts from id: no h needed here) */
   /* While the cache serves the class's mallocs, the thread's own blocks go
    * there too: one list, whose newest block the next malloc takes while it
    * is still in this core's cache. The owner is compared with the cache's
@@ -92,7 +93,7 @@ HM_INLINE void hm_free(void *p) {
     }
 #ifndef HAKMEM_SECURE
     if (id & 1) {
-      hm_free_trading((heap_t *)(id - 1), atomic_load_explicit(&ss->owner, memory_order_relaxed), ss, s, sh, p);
+      hm_free_trading(id, atomic_load_explicit(&ss->owner, memory_order_relaxed), ss, s, sh, p);
       return;
     }
 #endif

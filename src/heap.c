@@ -29,8 +29,10 @@ slab_t hm_empty_slab;
 heap_t hm_empty_heap = {.direct = {[0 ... DIRECT_MAX / 16] = &hm_empty_slab},
                          .cur = {[0 ... NUM_CLASSES - 1] = &hm_empty_slab}};
 _Static_assert(offsetof(heap_t, fc_stand_in) + sizeof(slab_t) <= UINT16_MAX, "foreign cache offsets fit fc_off");
-#define FC_STAND_IN ((uint16_t)offsetof(heap_t, fc_stand_in))
-HM_INLINE uint16_t fc_offset(unsigned c) { return (uint16_t)(offsetof(heap_t, foreign) + c * sizeof(slab_t)); }
+/* fc_off: offsets from a trading thread's free id, its heap's address + 1
+ * (hm_free_trading adds it to the id it has in a register). */
+#define FC_STAND_IN ((uint16_t)(offsetof(heap_t, fc_stand_in) - 1))
+HM_INLINE uint16_t fc_offset(unsigned c) { return (uint16_t)(offsetof(heap_t, foreign) + c * sizeof(slab_t) - 1); }
 __thread heap_t *hm_tls_heap __attribute__((tls_model("initial-exec"))) = &hm_empty_heap;
 __thread uintptr_t hm_tls_free_id __attribute__((tls_model("initial-exec"))) = (uintptr_t)&hm_empty_heap;
 

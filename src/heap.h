@@ -33,7 +33,7 @@ HM_INLINE void *hm_slab_pop(heap_t *h, slab_t *s, size_t n) {
 HM_INLINE void *hm_malloc_small(size_t n) {
   heap_t *h = hm_tls_heap;
   if (likely(n <= DIRECT_MAX)) return hm_slab_pop(h, h->direct[(n + 15) >> 4], n);
-  if (likely(n <= MEDIUM_MAX)) return hm_slab_pop(h, h->cur[hm_size_class(n)], n);
+  if (likely(n <= MEDIUM_MAX)) return hm_slab_pop(h, h->cur[hm_medium_class_of(n)], n);
   return hm_malloc_big(n);
 }
 

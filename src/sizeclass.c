@@ -14,6 +14,20 @@ const uint8_t hm_direct_class[DIRECT_MAX / 16 + 1] = {
   31
 };
 
+/* Class of DIRECT_MAX < n <= MEDIUM_MAX, indexed by i = (n - 1) >> 7: with
+ * 2^L <= i < 2^(L+1), n lies in (2^(L+7), 2^(L+8)], whose eight classes are
+ * 2^(L+4) apart: hm_size_class's formula with k = L + 7. (Entries below 8,
+ * sizes up to DIRECT_MAX, are not used.) */
+#define MC_LG(i) ((i) >= 256 ? 8 : (i) >= 128 ? 7 : (i) >= 64 ? 6 : (i) >= 32 ? 5 : (i) >= 16 ? 4 : 3)
+#define MC(i) (16 + (MC_LG(i) - 1) * 8 + ((i) >> (MC_LG(i) - 3)) - 8)
+#define MC4(i) MC(i), MC((i) + 1), MC((i) + 2), MC((i) + 3)
+#define MC16(i) MC4(i), MC4((i) + 4), MC4((i) + 8), MC4((i) + 12)
+#define MC64(i) MC16(i), MC16((i) + 16), MC16((i) + 32), MC16((i) + 48)
+#define MC256(i) MC64(i), MC64((i) + 64), MC64((i) + 128), MC64((i) + 192)
+const uint8_t hm_medium_class[MEDIUM_MAX >> HM_MEDIUM_SHIFT] = {MC256(0), MC256(256)};
+_Static_assert(sizeof hm_medium_class == 512, "one entry per 128 B up to MEDIUM_MAX");
+_Static_assert(MC(8) == 32 && MC(511) == 79, "the first class above DIRECT_MAX, the last medium one");
+
 const uint32_t hm_class_size[] = {
   16, 32, 48, 64, 80, 96, 112, 128,
   144, 160, 176, 192, 208, 224, 240, 256,

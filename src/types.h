@@ -108,6 +108,11 @@ HM_INLINE void hm_reg_set(uintptr_t a, unsigned kind) {
 extern HM_HIDDEN const uint8_t hm_direct_class[DIRECT_MAX / 16 + 1];
 extern HM_HIDDEN const uint32_t hm_class_size[NUM_CLASSES];
 extern HM_HIDDEN const uint8_t hm_class_kind[NUM_CLASSES];
+/* Class of DIRECT_MAX < n <= MEDIUM_MAX, indexed by (n - 1) / 128: there
+ * the classes are 128 B apart at least, so one load replaces the formula
+ * (docs/DESIGN.md, "Size classes and the pool limit"). */
+#define HM_MEDIUM_SHIFT 7
+extern HM_HIDDEN const uint8_t hm_medium_class[MEDIUM_MAX >> HM_MEDIUM_SHIFT];
 
 /* Class of a request n <= POOL_MAX: 16-byte steps to 256 B, then eight
  * classes per power of two (at most 1/9 of a block wasted above 128 B). */
@@ -117,6 +122,10 @@ HM_INLINE unsigned hm_size_class(size_t n) {
   return 16u + (k - 8u) * 8u + (unsigned)(((n - 1) >> (k - 3)) - 8u);
 }
 
+/* The class of DIRECT_MAX < n <= MEDIUM_MAX, from the table. */
+HM_INLINE unsigned hm_medium_class_of(size_t n) {
+  return hm_medium_class[(n - 1) >> HM_MEDIUM_SHIFT];
+}
 /* ---- slabs and SuperSlabs ---------------------------------------------- */
 typedef struct block { struct block *next; } block_t;
 
