@@ -1,5 +1,5 @@
 # Thin wrapper over CMake: `make`, `make test`, `make debug`, `make bench`,
-# `make install PREFIX=/usr/local`, `make fast-counters`, `make options-doc`,
+# `make install PREFIX=/usr/local`, `make fast-counters`, `make options-doc`, `make bench-redis`,
 # `make secure`, `make tsan`, `make fuzz`, `make bench-checks`, `make soak-test`.
 BUILD ?= build
 JOBS  ?= $(shell nproc)
@@ -7,7 +7,7 @@ PREFIX ?= /usr/local
 GEN   := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
 .PHONY: all build test test-default install debug debug-test fast-counters fast-counters-test stats stats-test options-doc bench bench-quick \
-        bench-instr bench-checks clean secure secure-test tsan tsan-test fuzz fuzz-run nochecks soak-test
+        bench-instr bench-usable bench-redis bench-peers bench-checks clean secure secure-test tsan tsan-test fuzz fuzz-run nochecks soak-test
 
 all: build
 
@@ -98,6 +98,19 @@ bench-quick: build
 
 bench-instr: build
 	python3 scripts/bench_instr.py --build $(BUILD)
+
+# malloc_usable_size's cost in instructions (callgrind), and redis-server's
+# CPU time under redis-benchmark (needs redis-server and redis-tools), per allocator.
+bench-usable: build
+	python3 scripts/bench_usable.py --build $(BUILD)
+
+bench-redis: build
+	python3 scripts/bench_redis.py --build $(BUILD) $(if $(RUNS),--runs $(RUNS))
+
+# The newest peers (mimalloc 2.x, 3.x, snmalloc) from crates.io into $(BUILD)/peers;
+# `make bench` does this by itself when they are missing.
+bench-peers:
+	python3 scripts/build_peers.py --build $(BUILD) --force
 
 # What the misuse checks and secure mode cost, as time, in one process
 # (docs/SECURITY.md, "What the checks cost"); BENCH_CHECKS_ARGS="--seconds 60".

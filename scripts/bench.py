@@ -10,11 +10,20 @@ under each allocator, selected with LD_PRELOAD:
   mimalloc     /usr/lib/x86_64-linux-gnu/libmimalloc.so.2    (libmimalloc2.0)
   jemalloc     /usr/lib/x86_64-linux-gnu/libjemalloc.so.2    (libjemalloc2)
   tcmalloc     /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 (libtcmalloc-minimal4)
+  mimalloc-v2  BUILD/peers/mimalloc-v2/libmimalloc.so  (newest mimalloc 2.x, from crates.io)
+  mimalloc-v3  BUILD/peers/mimalloc-v3/libmimalloc.so  (newest mimalloc 3.x, from crates.io)
+  snmalloc     BUILD/peers/snmalloc/libsnmallocshim.so (snmalloc, from crates.io)
+
+The last three are built by scripts/build_peers.py, which this script runs
+when BUILD/peers/peers.json does not list them all (--no-peer-build: don't);
+a peer that cannot be built is left out with a note.  Their exact versions,
+and the Debian packages' versions, are recorded in the results.
 
 Runs are interleaved (A B C ... A B C ...) RUNS times.  Reports median, min,
-max and coefficient of variation of ops/s, the ratio to mimalloc, peak RSS
-(ru_maxrss from wait4) and, from one extra `strace -f -c` run per allocator,
-the mmap/munmap/madvise/mremap/brk counts.  Writes results/latest.csv,
+max and coefficient of variation of ops/s, the ratio to mimalloc, hakmem's
+ratio to the best other allocator, peak RSS and minor page faults
+(ru_maxrss, ru_minflt from wait4) and, from one extra `strace -f -c` run per
+allocator, the mmap/munmap/madvise/mremap/brk counts.  Writes results/latest.csv,
 results/latest.json and results/bench.png (copied to docs/bench.png after a
 full, non-quick run over all benchmarks).
 
@@ -50,7 +59,10 @@ SYSTEM_ALLOCATORS = {
     "jemalloc": (["libjemalloc.so.2", "libjemalloc.so"], "libjemalloc2"),
     "tcmalloc": (["libtcmalloc_minimal.so.4", "libtcmalloc_minimal.so"], "libtcmalloc-minimal4"),
 }
-ALLOCATOR_ORDER = ["hakmem", "hakmem-libc", "glibc", "mimalloc", "jemalloc", "tcmalloc"]
+PEERS = ["mimalloc-v2", "mimalloc-v3", "snmalloc"]  # built by scripts/build_peers.py
+ALLOCATOR_ORDER = ["hakmem", "hakmem-libc", "glibc", "mimalloc", "jemalloc", "tcmalloc"] + PEERS
+# The allocators hakmem is ranked against ("best peer"): every one but hakmem itself.
+NOT_PEERS = ("hakmem", "hakmem-libc")
 BASELINE = "mimalloc"
 STRACE_SYSCALLS = ["mmap", "munmap", "madvise", "mremap", "brk"]
 
@@ -70,12 +82,28 @@ BENCHMARKS = [
     ("mid_large", "bench_mid_large", ["120000", "64", "42"], ["25000", "64", "42"], True),
     ("soak", "bench_soak", ["4", "2", "10000", "42", "1"], ["1.2", "2", "10000", "42", "0.4"], False),
     ("frag", "bench_frag", ["256", "42"], ["64", "42"], True),
+    # The workload shapes of issue 19.
+    ("large_churn", "bench_large_churn", ["2000"], ["300"], True),
+    ("prodcons", "bench_prodcons", ["5"], ["1"], False),
+    ("thread_ws", "bench_thread_ws", ["2"], ["0.5"], False),
+    ("shbench", "bench_shbench", ["2", "60000", "64", "42"], ["2", "20000", "64", "42"], True),
 ]
+
+# bench_idle (issue 18): a burst of small blocks freed, then the program
+# sleeps / blocks in read(2) / calls malloc/free every 10 ms / the threads
+# that freed it exit; RSS one second after the frees. Arguments: MiB, seconds.
+IDLE_MODES = ["sleep", "io", "lowrate", "exit"]
+IDLE_ARGS = (["400", "3"], ["256", "2"])  # full, quick
+OS_CALLS = ["mmap", "munmap", "madvise", "mremap"]  # the "calls per second" of the issue-18 budget
 
 # Rough seconds per run (full, quick), only used to estimate the time left.
 EXPECTED_SECS = {"bench_random_mixed": (0.6, 0.08), "bench_tiny": (0.8, 0.12), "larson": (1.05, 0.3),
-                 "bench_xthread": (0.8, 0.15), "bench_mid_large": (1.2, 0.25), "bench_soak": (4.1, 1.25), "bench_frag": (1.5, 0.4)}
+                 "bench_xthread": (0.8, 0.15), "bench_mid_large": (1.2, 0.25), "bench_soak": (4.1, 1.25), "bench_frag": (1.5, 0.4),
+                 "bench_large_churn": (5.0, 0.8), "bench_prodcons": (5.0, 1.0), "bench_thread_ws": (2.0, 0.5),
+                 "bench_shbench": (0.6, 0.15)}
 STRACE_FACTOR = 1.3  # a strace run is a little slower
+# Benchmarks whose slowest allocators need more than --timeout (a multiple of it).
+TIMEOUT_SCALE = {"large_churn": 4}
 
 # Extra figures some benchmarks print, kept in the JSON (median over runs).
 EXTRA_KEYS = ["rss_drift_pct", "ops_drift_pct", "rss_live_ratio", "floor_ratio", "rss_live_ratio_mean",
@@ -130,10 +158,50 @@ def try_apt_install(packages):
         return False
 
 
-def discover_allocators(build, wanted):
+def deb_version(pkg):
+    """The installed Debian package's version, or None."""
+    try:
+        r = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", pkg], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, timeout=20)
+        return r.stdout.decode().strip() or None if r.returncode == 0 else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def load_peers(build, build_missing=True):
+    """BUILD/peers/peers.json (running scripts/build_peers.py first if it lacks a peer); ({}, notes) on failure."""
+    manifest = os.path.join(build, "peers", "peers.json")
+
+    def read():
+        try:
+            with open(manifest) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+    data = read()
+    complete = data is not None and all(os.path.exists(data.get("peers", {}).get(p, {}).get("lib", ""))
+                                        for p in PEERS)
+    if not complete and build_missing:
+        log("note: building the peer allocators (scripts/build_peers.py; a few minutes the first time)")
+        try:
+            subprocess.run([sys.executable, os.path.join(REPO, "scripts", "build_peers.py"), "--build", build],
+                           timeout=3600)
+        except Exception as e:  # noqa: BLE001 - a peer that cannot be built is only a missing column
+            log("note: scripts/build_peers.py failed: %s" % e)
+        data = read()
+    if data is None:
+        return {}, ["peers: %s not found (scripts/build_peers.py)" % manifest]
+    return data.get("peers", {}), list(data.get("notes", []))
+
+
+def discover_allocators(build, wanted, build_peers=True):
     """Return [(name, env-additions dict, description)] and a list of notes."""
     allocs, notes = [], []
     found = {}
+    peers = {}
+    if any(p in wanted for p in PEERS):
+        peers, pnotes = load_peers(build, build_peers)
+        notes += ["peers: " + n for n in pnotes]
     missing = []
     for name, (sonames, pkg) in SYSTEM_ALLOCATORS.items():
         if name not in wanted:
@@ -164,7 +232,16 @@ def discover_allocators(build, wanted):
         elif name == "glibc":
             allocs.append((name, {}, "system malloc (no preload)"))
         elif name in found:
-            allocs.append((name, {"LD_PRELOAD": found[name]}, found[name]))
+            v = deb_version(SYSTEM_ALLOCATORS[name][1])
+            allocs.append((name, {"LD_PRELOAD": found[name]},
+                           found[name] + (" (Debian %s %s)" % (SYSTEM_ALLOCATORS[name][1], v) if v else "")))
+        elif name in PEERS:
+            p = peers.get(name)
+            if p and os.path.exists(p.get("lib", "")):
+                allocs.append((name, {"LD_PRELOAD": p["lib"]}, "%s (crate %s): %s" % (p.get("version", "?"),
+                                                                                   p.get("crate", "?"), p["lib"])))
+            else:
+                notes.append("%s: not built (scripts/build_peers.py); column left out" % name)
         else:
             notes.append("%s: no %s under %s (package %s) and it could not be installed; column left out"
                          % (name, SYSTEM_ALLOCATORS[name][0][0], LIBDIR, SYSTEM_ALLOCATORS[name][1]))
@@ -269,6 +346,7 @@ def run_once(cmd, env_add, timeout):
         stdout = out.read().decode(errors="replace")
         stderr = err.read().decode(errors="replace")
     res = {"wall": wall, "maxrss_kb": rusage.ru_maxrss if rusage else None,
+           "minflt": rusage.ru_minflt if rusage else None,
            "stdout_tail": stdout[-2000:], "stderr_tail": stderr[-1000:]}
     if timed_out:
         res.update(ok=False, error="timeout after %gs" % timeout)
@@ -362,10 +440,16 @@ def summarize(runs):
         s["max"] = max(oks)
         mean = statistics.fmean(oks)
         s["cv_pct"] = (statistics.stdev(oks) / mean * 100.0) if len(oks) > 1 and mean > 0 else 0.0
+    walls = [r["wall"] for r in runs if r.get("ok") and r.get("wall")]
+    if walls:
+        s["median_wall"] = statistics.median(walls)
     rss = [r["maxrss_kb"] for r in runs if r.get("maxrss_kb")]
     if rss:
         s["peak_rss_mb"] = max(rss) / 1024.0
         s["median_rss_mb"] = statistics.median(rss) / 1024.0
+    flt = [r["minflt"] for r in runs if r.get("ok") and r.get("minflt") is not None]
+    if flt:
+        s["minflt"] = statistics.median(flt)  # page faults: exact where time is noisy
     extras = {}
     for k in EXTRA_KEYS:
         v = [r["values"][k] for r in runs if r.get("ok") and k in r.get("values", {})]
@@ -379,6 +463,67 @@ def summarize(runs):
 
 
 # ---------------------------------------------------------------- reporting
+
+def idle_cell(r):
+    if not r:
+        return "FAIL"
+    t = "never" if r["t10_ms"] < 0 else "%.0f ms" % r["t10_ms"]
+    return "%.1f (%s)" % (r["rss_1s_mib"], t)
+
+
+def print_idle(idle, alloc_names):
+    if not idle:
+        return
+    rows = [[m] + [idle_cell(idle[m].get(a)) for a in alloc_names] for m in IDLE_MODES if m in idle]
+    peak = max((r["peak_mib"] for m in idle.values() for r in m.values() if r), default=0)
+    log("")
+    log("idle: RSS in MiB one second after a freed burst (peak about %.0f MiB), and in parentheses the time until "
+        "RSS is at most 10%% of the peak; then the program sleeps / blocks in read / calls malloc(100)+free every "
+        "10 ms / the threads that freed exit" % peak)
+    widths = [max(len(str(x)) for x in col) for col in zip(["mode"] + alloc_names, *rows)]
+    log("  ".join(str(h).ljust(w) for h, w in zip(["mode"] + alloc_names, widths)))
+    for row in rows:
+        log("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+
+
+def run_idle(bindir, allocs, quick, timeout):
+    binary = os.path.join(bindir, "bench_idle")
+    mib, secs = IDLE_ARGS[1] if quick else IDLE_ARGS[0]
+    out = {}
+    for mode in IDLE_MODES:
+        out[mode] = {}
+        for name, env, _ in allocs:
+            full = ["/usr/bin/env"] + ["%s=%s" % kv for kv in env.items()] + [binary, mode, mib, secs]
+            r = None
+            try:
+                p = subprocess.run(full, capture_output=True, text=True, timeout=timeout + float(secs) + 30,
+                                   env=base_env())
+                m = re.search(r"peak_mib=([0-9.]+) rss_1s_mib=([0-9.]+) t10_ms=(-?[0-9.]+) end_mib=([0-9.]+)", p.stdout)
+                if m:
+                    r = {"peak_mib": float(m.group(1)), "rss_1s_mib": float(m.group(2)), "t10_ms": float(m.group(3)),
+                         "end_mib": float(m.group(4))}
+            except subprocess.TimeoutExpired:
+                pass
+            out[mode][name] = r
+            log("idle %s %s: %s" % (mode, name, idle_cell(r)))
+    return out
+
+
+def best_peer(results, bench_names, alloc_names):
+    """{bench: {"best": name, "best_median": x, "hakmem": y, "ratio": y / x}}: hakmem's median
+    ops/s over the best peer's (every allocator but hakmem and hakmem-libc)."""
+    out = {}
+    for b in bench_names:
+        res = results.get(b, {})
+        peers = [(res[a]["median"], a) for a in alloc_names
+                 if a not in NOT_PEERS and res.get(a) and res[a]["status"] == "ok" and res[a].get("median")]
+        h = res.get("hakmem")
+        if not peers or not h or h["status"] != "ok" or not h.get("median"):
+            continue
+        m, a = max(peers)
+        out[b] = {"best": a, "best_median": m, "hakmem": h["median"], "ratio": h["median"] / m}
+    return out
+
 
 def print_tables(results, bench_names, alloc_names):
     def cell_ops(b, a):
@@ -402,9 +547,18 @@ def print_tables(results, bench_names, alloc_names):
     log("Median ops/s (ratio to %s median in parentheses; higher is better)" % BASELINE)
     table(["benchmark"] + alloc_names, [[b] + [cell_ops(b, a) for a in alloc_names] for b in bench_names])
 
+    vs = best_peer(results, bench_names, alloc_names)
+    if vs:
+        log("")
+        log("hakmem against the best peer on each benchmark (median ops/s; >= 1.00x: hakmem first)")
+        table(["benchmark", "hakmem", "best peer", "its median", "hakmem/best"],
+              [[b, fmt_ops(v["hakmem"]), v["best"], fmt_ops(v["best_median"]), "%.2fx" % v["ratio"]]
+               for b, v in vs.items()])
+
     log("")
     log("Details per benchmark and allocator")
-    hdr = ["benchmark", "allocator", "median", "min", "max", "cv%", "x" + BASELINE, "peakRSS_MB"] + STRACE_SYSCALLS
+    hdr = ["benchmark", "allocator", "median", "min", "max", "cv%", "x" + BASELINE, "peakRSS_MB",
+           "minflt"] + STRACE_SYSCALLS + ["calls/s"]
     rows = []
     for b in bench_names:
         for a in alloc_names:
@@ -413,15 +567,20 @@ def print_tables(results, bench_names, alloc_names):
                 continue
             sc = s.get("syscalls") or {}
             if s["status"] != "ok" and "median" not in s:
-                row = [b, a, "FAIL", "-", "-", "-", "-", "%.1f" % s["peak_rss_mb"] if "peak_rss_mb" in s else "-"]
+                row = [b, a, "FAIL", "-", "-", "-", "-", "%.1f" % s["peak_rss_mb"] if "peak_rss_mb" in s else "-",
+                       "-"]
             else:
                 row = [b, a, ("FAIL " if s["status"] != "ok" else "") + fmt_ops(s["median"]), fmt_ops(s["min"]),
                        fmt_ops(s["max"]), "%.1f" % s["cv_pct"],
                        "%.2f" % s["ratio"] if s.get("ratio") is not None else "-",
-                       "%.1f" % s["peak_rss_mb"] if "peak_rss_mb" in s else "-"]
+                       "%.1f" % s["peak_rss_mb"] if "peak_rss_mb" in s else "-",
+                       "%.0f" % s["minflt"] if s.get("minflt") is not None else "-"]
             row += [str(sc[k]) if k in sc else "-" for k in STRACE_SYSCALLS]
+            row.append("%.1f" % s["calls_per_s"] if s.get("calls_per_s") is not None else "-")
             rows.append(row)
     table(hdr, rows)
+    log("(calls/s: mmap+munmap+madvise+mremap of the strace run over the median wall time of the timed runs, "
+        "start-up included)")
 
     soak = results.get("soak")
     if soak:
@@ -499,7 +658,10 @@ def write_markdown(path, data):
                % (data.get("date", "?"), data.get("mode", "?"), data.get("runs", "?"), data.get("git_commit", "?"),
                   m.get("cpu", "?"), m.get("nproc", "?"), m.get("kernel", "?"),
                   m.get("loadavg_1min_start", "?"), m.get("loadavg_1min_end", "?")))
-    out.append("")
+    libs = data.get("allocator_libs") or {}
+    if libs:
+        out.append("Allocators: " + "; ".join("%s = %s" % (a, libs[a]) for a in allocs if a in libs) + ".")
+        out.append("")
     def table(title, cell):
         """One row per benchmark, one column per allocator; cell(stats or None)."""
         out.extend([title, "", "| benchmark | " + " | ".join(allocs) + " |", "|---|" + "---:|" * len(allocs)])
@@ -524,11 +686,37 @@ def write_markdown(path, data):
     table("Median ops/s, k = thousand, M = million (ratio to %s's median; higher is better). "
           "FAIL = crashed or timed out." % BASELINE, median_cell)
     out.append("")
+    vs = best_peer(results, benches, allocs)
+    if vs:
+        out.extend(["hakmem against the best peer (every allocator but hakmem and hakmem-libc), median ops/s:", "",
+                    "| benchmark | hakmem | best peer | its median | hakmem / best |", "|---|---:|---|---:|---:|"])
+        for b, v in vs.items():
+            out.append("| %s | %s | %s | %s | %.2fx |" % (b, fmt_ops(v["hakmem"]), v["best"], fmt_ops(v["best_median"]),
+                                                        v["ratio"]))
+        out.append("")
     table("Coefficient of variation of ops/s over the runs (%):", number_cell("cv_pct"))
     out.append("")
     table("Peak RSS in MiB (ru_maxrss, largest over the runs):", number_cell("peak_rss_mb"))
     out.append("")
+    table("Minor page faults (ru_minflt, median over the runs):",
+          lambda s: "%.0f" % s["minflt"] if s and s.get("minflt") is not None else "-")
+    out.append("")
     table("System calls in one `strace -f -c` run (mmap / munmap / madvise / mremap / brk):", syscall_cell)
+    out.append("")
+    table("mmap+munmap+madvise+mremap per second of run time (the strace run's counts over the median wall "
+          "time of the timed runs, start-up included):",
+          lambda s: "%.1f" % s["calls_per_s"] if s and s.get("calls_per_s") is not None else "-")
+    idle = data.get("idle")
+    if idle:
+        out.append("")
+        out.append("idle (bench_idle %s): RSS in MiB one second after a freed burst, and the time until RSS is at "
+                   "most 10%% of the peak:" % " ".join(data.get("idle_args", [])))
+        out.append("")
+        out.append("| mode | " + " | ".join(allocs) + " |")
+        out.append("|---|" + "---:|" * len(allocs))
+        for m in IDLE_MODES:
+            if m in idle:
+                out.append("| %s | %s |" % (m, " | ".join(idle_cell(idle[m].get(a)) for a in allocs)))
     soak = results.get("soak")
     if soak:
         out.append("")
@@ -696,6 +884,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="short runs, one each (about a minute)")
     ap.add_argument("--allocators", default="", help="comma list (default: %s)" % ",".join(ALLOCATOR_ORDER))
     ap.add_argument("--no-strace", action="store_true", help="skip the strace syscall-count runs")
+    ap.add_argument("--no-peer-build", action="store_true",
+                    help="do not run scripts/build_peers.py for missing peers (their columns are left out)")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run before FAIL (default 30, quick 10)")
     ap.add_argument("--out", default=os.path.join(REPO, "results"), help="output directory (default results/)")
     ap.add_argument("--no-chart", action="store_true")
@@ -714,6 +904,7 @@ def main():
         with open(args.from_json) as f:
             data = json.load(f)
         print_tables(data["results"], data["benchmarks"], data["allocators"])
+        print_idle(data.get("idle"), data["allocators"])
         md = os.path.join(os.path.dirname(os.path.abspath(args.from_json)), "latest.md")
         write_markdown(md, data)
         log("wrote %s" % os.path.relpath(md))
@@ -727,13 +918,16 @@ def main():
     if runs < 1:
         sys.exit("--runs must be >= 1")
     timeout = args.timeout if args.timeout else (10.0 if args.quick else 30.0)
-    benches = select_benchmarks(args.bench)
+    bench_spec = [w.strip() for w in args.bench.split(",") if w.strip()]
+    do_idle = not bench_spec or "idle" in bench_spec
+    bench_spec = [w for w in bench_spec if w != "idle"]
+    benches = select_benchmarks(",".join(bench_spec)) if bench_spec or not args.bench else []
     wanted = [a.strip() for a in args.allocators.split(",") if a.strip()] or list(ALLOCATOR_ORDER)
     for a in wanted:
         if a not in ALLOCATOR_ORDER:
             sys.exit("unknown allocator '%s'; known: %s" % (a, ", ".join(ALLOCATOR_ORDER)))
 
-    allocs, notes = discover_allocators(build, wanted)
+    allocs, notes = discover_allocators(build, wanted, not args.no_peer_build)
     for n in notes:
         log("note: " + n)
     if not allocs:
@@ -781,6 +975,7 @@ def main():
 
     for bname, binary, full_args, quick_args, deterministic in benches:
         cmd = [os.path.join(bindir, binary)] + (quick_args if args.quick else full_args)
+        b_timeout = timeout * TIMEOUT_SCALE.get(bname, 1)
         raw[bname] = {a: [] for a in alloc_names}
         gave_up = set()
         for i in range(runs):
@@ -790,7 +985,7 @@ def main():
                     done_units += 1
                     exp_done[0] += expect(binary)
                     continue
-                r = run_once(cmd, env, timeout)
+                r = run_once(cmd, env, b_timeout)
                 raw[bname][name].append(r)
                 done_units += 1
                 exp_done[0] += expect(binary)
@@ -812,10 +1007,12 @@ def main():
                     done_units += 1
                     exp_done[0] += expect(binary, True)
                     continue
-                counts, err = strace_counts(cmd, env, timeout * 3)
+                counts, err = strace_counts(cmd, env, b_timeout * 3)
                 done_units += 1
                 exp_done[0] += expect(binary, True)
                 res_b[name]["syscalls"] = counts
+                if counts and res_b[name].get("median_wall"):
+                    res_b[name]["calls_per_s"] = sum(counts.get(k, 0) for k in OS_CALLS) / res_b[name]["median_wall"]
                 if err:
                     res_b[name]["strace_error"] = err
                 progress("%s %s strace: %s" % (bname, name, "ok" if counts else "failed (%s)" % err))
@@ -834,8 +1031,10 @@ def main():
                 notes_out.append(msg)
         results[bname] = res_b
 
+    idle = run_idle(bindir, allocs, args.quick, timeout) if do_idle else None
     total = time.monotonic() - t_start
     print_tables(results, bench_names, alloc_names)
+    print_idle(idle, alloc_names)
     log("")
     log("total time %s; 1-min load average %.2f at the start, %.2f at the end (>%d means other work competed "
         "for the CPUs)" % (fmt_secs(total), load_start, os.getloadavg()[0], os.cpu_count() or 1))
@@ -859,6 +1058,9 @@ def main():
         "benchmarks": bench_names,
         "commands": {b[0]: [b[1]] + (b[3] if args.quick else b[2]) for b in benches},
         "results": results,
+        "idle": idle,
+        "idle_args": (IDLE_ARGS[1] if args.quick else IDLE_ARGS[0]) if idle else [],
+        "vs_best_peer": best_peer(results, bench_names, alloc_names),
         "raw_runs": {b: {a: [{k: v for k, v in r.items() if k not in ("stdout_tail",)} for r in rs]
                          for a, rs in d.items()} for b, d in raw.items()},
         "notes": notes_out,

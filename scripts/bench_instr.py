@@ -38,6 +38,10 @@ import bench  # noqa: E402  (allocator discovery shared with the runner)
 REPO = bench.REPO
 BASELINE = "mimalloc"
 TRIVIAL = "trivial"
+# The library each allocator's code must come from in a profile.
+EXPECT_OBJECT = {"glibc": "libc.so", "hakmem": "libhakmem", "hakmem-libc": "libhakmem",
+                 "mimalloc": "libmimalloc", "jemalloc": "libjemalloc", "tcmalloc": "libtcmalloc",
+                 "mimalloc-v2": "libmimalloc", "mimalloc-v3": "libmimalloc", "snmalloc": "libsnmallocshim"}
 
 
 def log(msg=""):
@@ -60,6 +64,9 @@ def callgrind(binary, args, env_add, cache_sim, timeout):
         out = r.stdout.decode(errors="replace")
         err = r.stderr.decode(errors="replace")
         if r.returncode != 0:
+            if "Failed to initialise snmalloc" in err:
+                return {"error": "snmalloc does not start under valgrind (it reserves its page map's address "
+                                 "space at start-up, and valgrind refuses the mapping)"}
             return {"error": "exit status %d: %s" % (r.returncode, err.strip()[-400:])}
         m = re.search(r"^ops:\s*(\d+)", out, re.M)
         if not m:
@@ -151,8 +158,7 @@ def main():
                 log("[%2d/%d] %-12s ws %-6d %.1f Ir/op" % (done, len(jobs), n, ws, ir / r["ops"]))
 
     # Check that the intended allocator's code was the one measured.
-    expect = {"glibc": "libc.so", "hakmem": "libhakmem", "hakmem-libc": "libhakmem",
-              "mimalloc": "libmimalloc", "jemalloc": "libjemalloc", "tcmalloc": "libtcmalloc"}
+    expect = EXPECT_OBJECT
     warnings = []
     for n in names:
         for ws, r in results[n].items():

@@ -1074,6 +1074,7 @@ void hm_heap_flush_foreign(heap_t *h) {
 /* Thread exit: free what is free, leave the rest to be adopted. Blocks in
  * abandoned SuperSlabs can still be freed from any thread (remote path). */
 void hm_heap_thread_exit(heap_t *h) {
+  size_t unused_before = hm_purge_exit_begin();
   hm_heap_flush_foreign(h);
   hm_tls_heap = &hm_empty_heap;
   hm_tls_free_id = (uintptr_t)&hm_empty_heap;
@@ -1120,6 +1121,7 @@ void hm_heap_thread_exit(heap_t *h) {
   h->next_free = heap_pool;
   heap_pool = h;
   pthread_mutex_unlock(&heap_lock);
+  hm_purge_exit_end(unused_before); /* (the purger, if what this left unused wants it) */
 }
 
 /* Collect the remote frees of every abandoned SuperSlab and give the ones

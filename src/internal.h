@@ -56,6 +56,11 @@ extern HM_HIDDEN int hm_force_libc;    /* HAKMEM_FORCE_LIBC_ALLOC=1 (set by init
 HM_HIDDEN uint64_t hm_random_u64(void);
 HM_HIDDEN uint64_t hm_random_fast(void);
 
+/* cgroup.c: the process's cgroup memory limit in bytes (0: none), read at
+ * start-up without allocating, and where it came from */
+HM_HIDDEN size_t hm_cgroup_limit(void);
+HM_HIDDEN const char *hm_cgroup_source(void);
+
 /* ==== 1 OS =============================================================== */
 
 /* os.c: every system call that maps or gives back memory, counted (slow
@@ -119,8 +124,22 @@ HM_HIDDEN size_t hm_purge_disabled_count(void);
  * true: give it back at once (eager); otherwise a purge skipped is
  * counted (off) or a step scheduled (lazy). */
 HM_HIDDEN bool hm_purge_unused_now(uint64_t now);
-/* The hook that runs a purge step when one is due (purge.c, at start-up). */
-HM_HIDDEN void hm_purge_set_step(void (*step)(uint64_t now));
+/* The hooks purge.c registers at start-up: the step, run when one is due,
+ * an RSS limit is set, or a step ran since this thread last looked (look:
+ * then the thread releases its idle empty current slabs); whether the
+ * background purger is wanted (docs/DESIGN.md, "The background purger");
+ * the unused resident bytes, and a thread's exit having left some. */
+typedef struct {
+  void (*step)(uint64_t now, bool look);
+  bool (*bg_wanted)(void);
+  size_t (*unused)(void);
+  void (*thread_exited)(size_t unused_before);
+} hm_purge_hooks_t;
+HM_HIDDEN void hm_purge_set_hooks(const hm_purge_hooks_t *hooks);
+extern HM_HIDDEN _Atomic uint32_t hm_purge_step_epoch; /* steps run so far */
+/* heap.c's thread exit: before (returns the unused bytes) and after. */
+HM_HIDDEN size_t hm_purge_exit_begin(void);
+HM_HIDDEN void hm_purge_exit_end(size_t unused_before);
 HM_HIDDEN void hm_purge_tick_clock(void);
 extern HM_HIDDEN __thread uint32_t hm_tick_countdown __attribute__((tls_model("initial-exec")));
 /* On slow paths: every HM_TICK_EVERY-th call reads the coarse clock (vDSO)
@@ -260,6 +279,7 @@ HM_HIDDEN void hm_pack_free_moved(void *p);              /* free a block whose p
 HM_HIDDEN size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due);
 HM_HIDDEN size_t hm_pack_release(void);                  /* malloc_trim: all free pages, empty packs */
 HM_HIDDEN size_t hm_pack_clean(void);                    /* free pages not resident, bytes */
+HM_HIDDEN size_t hm_pack_free_dirty(void);               /* free pages that may be resident, bytes */
 HM_HIDDEN void hm_pack_resident(size_t *res);            /* the report: packs' resident bytes */
 HM_HIDDEN void hm_pack_fork_prepare(void);
 HM_HIDDEN void hm_pack_fork_parent(void);
@@ -292,6 +312,7 @@ HM_HIDDEN size_t hm_large_purge(uint64_t now, uint64_t min_idle_ns, size_t budge
 /* Cached spans' bytes that are not resident (and the free pages of packs
  * that are not). */
 HM_HIDDEN size_t hm_large_cached_clean(void);
+HM_HIDDEN size_t hm_large_cached_dirty(void); /* cached spans and packs' free pages that may be resident */
 /* The report: resident bytes of the spans in use (res[0]) and cached
  * (res[1]) and of the packs (res[2]). */
 HM_HIDDEN void hm_large_resident(size_t res[3]);
@@ -306,6 +327,12 @@ HM_HIDDEN size_t hm_usable_checked(void *p, int op);
 HM_HIDDEN void hm_purge_start(void);
 HM_HIDDEN size_t hm_purge_unused_resident(void);
 HM_HIDDEN int hm_collect(bool all);
+/* What was given back, by path (the stats report): idle purges by the
+ * background purger and by slow paths, the RSS limit, hak_collect and
+ * malloc_trim; and what exiting threads left unused (given back by those). */
+enum { HM_GIVE_IDLE_BG, HM_GIVE_IDLE_TICK, HM_GIVE_LIMIT, HM_GIVE_TRIM, HM_GIVE_EXIT, HM_GIVE_PATHS };
+HM_HIDDEN void hm_purge_given(size_t out[HM_GIVE_PATHS], uint64_t *bg_cpu_ns);
+HM_HIDDEN bool hm_purge_bg_running(void);
 HM_HIDDEN void hm_purge_fork_prepare(void);
 HM_HIDDEN void hm_purge_fork_parent(void);
 HM_HIDDEN void hm_purge_fork_child(void);

@@ -106,6 +106,7 @@ static size_t cache_bytes;
 /* Of the cached bytes, those that are not resident (hakmem's resident
  * estimate): never handed out, or given back by a purge step. */
 static _Atomic size_t cache_clean;
+static _Atomic size_t cache_bytes_pub;  /* cache_bytes, for readers without the lock */
 static _Atomic size_t mapped_bytes;     /* all spans, used and cached */
 static uint64_t next_epoch_ns;
 static uint64_t last_alloc_ns;          /* the last request the lane served (hm_large_purge) */
@@ -341,6 +342,7 @@ static bucket_t *cache_enter(span_t *s) {
   s->state = SPAN_CACHED;
   b->count++;
   cache_bytes += s->len;
+  atomic_store_explicit(&cache_bytes_pub, cache_bytes, memory_order_relaxed);
   atomic_fetch_add_explicit(&cache_clean, s->len - s->dirty, memory_order_relaxed);
   return b;
 }
@@ -362,6 +364,7 @@ static void cache_unlink(span_t *s) {
   HM_QUEUE_UNLINK(b->head, b->tail, s, next, prev);
   b->count--;
   cache_bytes -= s->len;
+  atomic_store_explicit(&cache_bytes_pub, cache_bytes, memory_order_relaxed);
   atomic_fetch_sub_explicit(&cache_clean, s->len - s->dirty, memory_order_relaxed);
 }
 
@@ -897,6 +900,7 @@ void *hm_large_alloc(size_t n, size_t align) {
 void *hm_large_alloc_unsampled(size_t n, size_t align) {
   hm_ensure_init();
   if (hm_force_libc) return align > 16 ? __libc_memalign(align, n) : __libc_malloc(n);
+  hm_purge_tick(); /* (a limit near: before this takes more memory) */
   bool fresh;
   void *p = pack_alloc(n, align, false);
   if (p != NULL) {
@@ -919,6 +923,7 @@ void *hm_large_calloc(size_t n) {
   }
   hm_ensure_init();
   if (hm_force_libc) return __libc_calloc(1, n);
+  hm_purge_tick();
   bool fresh;
   void *p = pack_alloc(n, 0, true);
   if (p == NULL) {
@@ -1034,6 +1039,12 @@ void hm_large_resident(size_t res[3]) {
   hm_pack_resident(&res[2]);
 }
 
+/* Cached spans' bytes that may be resident (the background purger's trigger). */
+size_t hm_large_cached_dirty(void) {
+  size_t all = atomic_load_explicit(&cache_bytes_pub, memory_order_relaxed);
+  size_t clean = atomic_load_explicit(&cache_clean, memory_order_relaxed);
+  return (all > clean ? all - clean : 0) + hm_pack_free_dirty();
+}
 size_t hm_large_cached_clean(void) { return atomic_load_explicit(&cache_clean, memory_order_relaxed) + hm_pack_clean(); }
 
 size_t hm_large_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due) {

@@ -31,6 +31,7 @@ long hm_opt[HM_OPT_COUNT] = {
 
 int hm_force_libc; /* set at start-up (init.c) */
 static unsigned char opt_set[HM_OPT_COUNT]; /* given in the environment */
+static int limit_from_cgroup;               /* HAKMEM_RSS_LIMIT_MB is the cgroup's */
 
 /* Former names, still read when the option's own name is not set
  * (docs/DESIGN.md, "Glossary"). */
@@ -129,6 +130,14 @@ void hm_options_init(void) {
     hm_opt[i] = x;
     opt_set[i] = 1;
   }
+  /* the cgroup's limit stands in for an unset HAKMEM_RSS_LIMIT_MB (cgroup.c) */
+  if (!opt_set[HM_OPT_RSS_LIMIT_MB] && hm_opt[HM_OPT_CGROUP] && !hm_opt[HM_OPT_FORCE_LIBC_ALLOC]) {
+    size_t lim = hm_cgroup_limit() >> 20;
+    if (lim != 0) {
+      hm_opt[HM_OPT_RSS_LIMIT_MB] = (long)(lim < (size_t)rows[HM_OPT_RSS_LIMIT_MB].max ? lim : (size_t)rows[HM_OPT_RSS_LIMIT_MB].max);
+      limit_from_cgroup = 1;
+    }
+  }
 }
 
 int hm_option_is_set(int id) { return opt_set[id]; }
@@ -146,12 +155,19 @@ static void value_text(const struct option_row *r, long v, char *buf, size_t cap
   } else {
     hm_format_dec(buf, v);
   }
+  if (r == &rows[HM_OPT_RSS_LIMIT_MB] && v == hm_opt[HM_OPT_RSS_LIMIT_MB] && limit_from_cgroup) {
+    size_t len = strlen(buf);
+    const char *parts[] = {" (from ", hm_cgroup_source(), ")"};
+    for (size_t k = 0; k < 3; k++)
+      for (const char *s = parts[k]; *s != '\0' && len + 1 < cap; s++) buf[len++] = *s;
+    buf[len] = '\0';
+  }
 }
 
 /* One line per option: name, default, current value, meaning; tab-separated
  * so that scripts (the README generator, `hakmem options`) can cut it. */
 void hm_options_write(int fd) {
-  char def[48], cur[48];
+  char def[96], cur[96];
   for (int i = 0; i < HM_OPT_COUNT; i++) {
     const struct option_row *r = &rows[i];
     value_text(r, r->def, def, sizeof def);
@@ -169,7 +185,7 @@ void hak_options_write(int fd) {
 /* HAKMEM_VERBOSE=1: the effective configuration, at start-up, on stderr.
  * Runs inside the allocator's initialisation, so it only write()s. */
 void hm_options_print_config(void) {
-  char cur[48];
+  char cur[96];
   hm_write_str("hakmem: configuration (statistics counters ");
   hm_write_str(HM_FAST_COUNTERS ? "on" : "off");
   hm_write_str(", invariant checks ");

@@ -60,6 +60,7 @@ static uint16_t longest[PACK_SLOTS];    /* = the longest free run of packs[i] */
  * >= npacks; leaves past npacks are 0, which fits no block). */
 static uint16_t tree[2 * PACK_SLOTS];
 static unsigned tleaves = 1;
+static _Atomic size_t free_bytes;       /* free pages, all packs (bytes) */
 static _Atomic size_t clean_free;       /* free pages not resident (bytes; hakmem's estimate) */
 static uint64_t last_alloc_ns;          /* the last block handed out (hm_pack_purge) */
 
@@ -203,6 +204,7 @@ HM_INLINE unsigned take_pages(pack_t *p, unsigned s, unsigned k, bool block) {
   unsigned clean = span_apply(p, s, k, block ? TAKE_BLOCK : TAKE_RUN);
   if (clean != 0) atomic_fetch_sub_explicit(&clean_free, (size_t)clean * HM_PAGE_SIZE, memory_order_relaxed);
   p->free_pages -= k;
+  atomic_fetch_sub_explicit(&free_bytes, (size_t)k * HM_PAGE_SIZE, memory_order_relaxed);
   return k - clean;
 }
 
@@ -211,6 +213,7 @@ static void give_pages(pack_t *p, unsigned s, unsigned k) {
   unsigned clean = span_apply(p, s, k, GIVE);
   if (clean != 0) atomic_fetch_add_explicit(&clean_free, (size_t)clean * HM_PAGE_SIZE, memory_order_relaxed);
   p->free_pages += k;
+  atomic_fetch_add_explicit(&free_bytes, (size_t)k * HM_PAGE_SIZE, memory_order_relaxed);
   if (p->free_pages == PACK_PAGES - 1 && p->empty_ns == 0) p->empty_ns = hm_now_ns();
 }
 
@@ -330,6 +333,7 @@ static bool pack_insert(pack_t *p) {
   renumber(i);
   size_t clean = PACK_PAGES - bits_count(p->dirty, 0, PACK_PAGES);
   atomic_fetch_add_explicit(&clean_free, clean * HM_PAGE_SIZE, memory_order_relaxed);
+  atomic_fetch_add_explicit(&free_bytes, (size_t)p->free_pages * HM_PAGE_SIZE, memory_order_relaxed);
   longest[i] = (uint16_t)longest_run(p);
   tree_build();
   hm_reg_set((uintptr_t)p, REG_LARGE_PACK);
@@ -599,6 +603,7 @@ size_t hm_pack_release(void) {
       tree_build();
       size_t clean = PACK_PAGES - bits_count(empty->dirty, 0, PACK_PAGES);
       atomic_fetch_sub_explicit(&clean_free, clean * HM_PAGE_SIZE, memory_order_relaxed);
+      atomic_fetch_sub_explicit(&free_bytes, (size_t)empty->free_pages * HM_PAGE_SIZE, memory_order_relaxed);
     }
     pthread_mutex_unlock(&pack_lock);
     if (empty == NULL) break;
@@ -608,6 +613,10 @@ size_t hm_pack_release(void) {
 }
 
 size_t hm_pack_clean(void) { return atomic_load_explicit(&clean_free, memory_order_relaxed); }
+size_t hm_pack_free_dirty(void) {
+  size_t f = atomic_load_explicit(&free_bytes, memory_order_relaxed), c = hm_pack_clean();
+  return f > c ? f - c : 0;
+}
 
 void hm_pack_resident(size_t *res) {
   pthread_mutex_lock(&pack_lock);
@@ -635,6 +644,7 @@ size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t
 }
 size_t hm_pack_release(void) { return 0; }
 size_t hm_pack_clean(void) { return 0; }
+size_t hm_pack_free_dirty(void) { return 0; }
 void hm_pack_resident(size_t *res) { (void)res; }
 void hm_pack_fork_prepare(void) {}
 void hm_pack_fork_parent(void) {}

@@ -14,7 +14,8 @@ _Atomic uint64_t hm_purge_due_ns; /* 0 at start: the first tick sets it */
 _Atomic int hm_purge_bg_state;    /* background purger: 0 none, 1 started, 2 failed */
 
 static _Atomic size_t n_disabled;  /* purges skipped: HAKMEM_PURGE=off */
-static void (*step_hook)(uint64_t now); /* purge.c's step (hm_purge_set_step) */
+static hm_purge_hooks_t hooks;     /* purge.c's (hm_purge_set_hooks) */
+_Atomic uint32_t hm_purge_step_epoch;
 
 /* Regret: memory given back and reused within 16 delays was given back too
  * early (a working set that breathes). Then the delay doubles (once per
@@ -59,8 +60,13 @@ void hm_purge_count_disabled(void) { atomic_fetch_add_explicit(&n_disabled, 1, m
 
 void hm_purge_note_idle(uint64_t now) {
   uint64_t due = now + hm_purge_delay_now();
-  /* with a background purger wanted but not yet running: start it soon */
-  if (hm_opt[HM_OPT_BG_PURGE] && atomic_load_explicit(&hm_purge_bg_state, memory_order_relaxed) == 0) due = 0;
+  /* With a background purger wanted but not yet running: this thread's next
+   * slow path starts it (here a lock may be held; pthread_create allocates). */
+  if (atomic_load_explicit(&hm_purge_bg_state, memory_order_relaxed) == 0 && hooks.bg_wanted != NULL &&
+      hooks.bg_wanted()) {
+    due = 0;
+    hm_tick_countdown = 1;
+  }
   uint64_t cur = atomic_load_explicit(&hm_purge_due_ns, memory_order_relaxed);
   while (due < cur && !atomic_compare_exchange_weak(&hm_purge_due_ns, &cur, due)) {
   }
@@ -77,16 +83,29 @@ bool hm_purge_unused_now(uint64_t now) {
   return false;
 }
 
-void hm_purge_set_step(void (*step)(uint64_t now)) { step_hook = step; }
+void hm_purge_set_hooks(const hm_purge_hooks_t *h) { hooks = *h; }
+
+size_t hm_purge_exit_begin(void) { return hooks.unused != NULL ? hooks.unused() : 0; }
+void hm_purge_exit_end(size_t unused_before) {
+  if (hooks.thread_exited != NULL) hooks.thread_exited(unused_before);
+}
+
+static __thread uint32_t seen_epoch __attribute__((tls_model("initial-exec")));
 
 __thread uint32_t hm_tick_countdown __attribute__((tls_model("initial-exec"))) = 1;
 
-/* Not due and no RSS limit: nothing to do (the step checks the limit). */
+/* Not due, no RSS limit and no step since this thread last looked: nothing
+ * to do (the step checks the limit). After a step (the background
+ * purger's too) the thread looks at its own empty current slabs, which
+ * only it may release. */
 void hm_purge_tick_clock(void) {
   uint64_t now = hm_now_ns();
   hm_tick_countdown = HM_TICK_EVERY;
-  if (now < atomic_load_explicit(&hm_purge_due_ns, memory_order_relaxed) && hm_rss_limit == 0) return;
-  if (step_hook != NULL) step_hook(now);
+  uint32_t epoch = atomic_load_explicit(&hm_purge_step_epoch, memory_order_relaxed);
+  bool look = epoch != seen_epoch && hm_purge_mode == PURGE_LAZY;
+  seen_epoch = epoch;
+  if (now < atomic_load_explicit(&hm_purge_due_ns, memory_order_relaxed) && hm_rss_limit == 0 && !look) return;
+  if (hooks.step != NULL) hooks.step(now, look);
   /* more is due at once (the step ran out of budget): look every time */
   if (atomic_load_explicit(&hm_purge_due_ns, memory_order_relaxed) <= now) hm_tick_countdown = 1;
 }

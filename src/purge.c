@@ -5,12 +5,15 @@
  * SuperSlabs in use (slabpurge.c), the large lane's cached spans and packed
  * pages. Memory reused before the delay is never touched, so a steady
  * workload makes no system call. Steps run on slow paths (policy.c's tick
- * calls tick_step, registered by hm_purge_start) or on an optional
- * background thread (HAKMEM_BG_PURGE=1). Also: the RSS limit, and collect
- * (malloc_trim, hak_collect). */
+ * calls tick_step, registered by hm_purge_start) and on a background
+ * thread, started the first time unused memory exceeds the reserve
+ * (HAKMEM_BG_PURGE=auto), so that memory goes back while the program does
+ * not call the allocator. Also: the RSS limit, and collect (malloc_trim,
+ * hak_collect). */
 #include <pthread.h>
 #include <signal.h>
 #include <sched.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -19,6 +22,10 @@
 #define SLAB_BATCH 64                  /* SuperSlabs claimed per step at most */
 
 static pthread_mutex_t purge_lock = PTHREAD_MUTEX_INITIALIZER; /* one purger at a time */
+static pthread_t bg_thread; /* (valid once bg_known is set, while hm_purge_bg_state is 1) */
+static _Atomic int bg_known;
+enum { BG_AUTO, BG_ON, BG_OFF }; /* HAKMEM_BG_PURGE */
+static _Atomic size_t given[HM_GIVE_PATHS]; /* bytes given back, by path (hm_purge_given) */
 
 /* Lazy steps keep this much unused memory resident: a working set that
  * breathes a little reuses it without a system call or a page fault. */
@@ -89,6 +96,7 @@ static size_t purge_slabs(uint64_t now, uint64_t delay_ns, size_t budget, uint64
 static size_t purge_step(uint64_t now, uint64_t delay_ns, size_t budget) {
   /* Cleared first: whatever becomes unused while we look lowers it again. */
   atomic_store(&hm_purge_due_ns, UINT64_MAX);
+  atomic_fetch_add_explicit(&hm_purge_step_epoch, 1, memory_order_relaxed);
   hm_purge_backoff_decay(now);
   uint64_t next = UINT64_MAX;
   size_t bytes = 0;
@@ -97,10 +105,16 @@ static size_t purge_step(uint64_t now, uint64_t delay_ns, size_t budget) {
      * the reserve, over as many steps as that takes (draining): the pool's
      * empty SuperSlabs come and go by a few MiB in steady state, which a
      * bound of one reserve turned into madvise calls now and then. */
-    static bool draining; /* (purge_lock) */
+    static bool draining;       /* (purge_lock) */
+    static uint64_t drained_ns; /* when the last drain reached the reserve */
     size_t unused = hm_purge_unused_resident(), keep = reserve();
-    if (unused > 2 * keep) draining = true;
-    if (unused <= keep) draining = false;
+    /* Threads release their empty current slabs on their first look after
+     * a step (policy.c's tick), so just after a drain: those go too. */
+    if (unused > 2 * keep || (unused > keep && drained_ns != 0 && now - drained_ns < 4 * delay_ns)) draining = true;
+    if (unused <= keep) {
+      if (draining) drained_ns = now;
+      draining = false;
+    }
     budget = draining ? (unused - keep < budget ? unused - keep : budget) : 0;
   }
   if (budget != 0) {
@@ -126,18 +140,16 @@ static size_t purge_step(uint64_t now, uint64_t delay_ns, size_t budget) {
 /* Over HAKMEM_RSS_LIMIT_MB with unused memory to give back? (Freeing does
  * not change the estimate; what can be given back does.) */
 static bool over_limit(void) {
-  return hm_rss_limit != 0 && hm_backend_resident_estimate() > hm_rss_limit && hm_purge_unused_resident() != 0;
+  return hm_rss_limit != 0 && hm_backend_resident_estimate() > hm_rss_limit &&
+         hm_purge_unused_resident() + hm_large_cached_dirty() != 0;
 }
 
 /* Give back what is unused, oldest first, with no delay and no reserve,
  * until under the limit or nothing unused is left. */
-static void purge_to_limit(uint64_t now) {
-  if (hm_purge_mode == PURGE_OFF) { /* no madvise: unmapping the caches is all there is */
-    hm_large_release(0);
-    hm_backend_release_cached();
-    return;
-  }
-  size_t est;
+static size_t purge_to_limit(uint64_t now) {
+  if (hm_purge_mode == PURGE_OFF) /* no madvise: unmapping the caches is all there is */
+    return hm_large_release(0) + hm_backend_release_cached();
+  size_t est, total = 0;
   while ((est = hm_backend_resident_estimate()) > hm_rss_limit) {
     size_t want = est - hm_rss_limit;
     uint64_t next = UINT64_MAX;
@@ -146,37 +158,65 @@ static void purge_to_limit(uint64_t now) {
     if (got < want) got += hm_large_purge(now, 0, want - got, &next);
     if (got < want) got += hm_pack_purge(now, 0, want - got, &next);
     if (got == 0) break;
+    total += got;
   }
+  return total;
 }
 
-static void run_due(uint64_t now) {
-  if (over_limit()) purge_to_limit(now);
+/* A step, and the limit; from the purger (bg) or a slow path. Returns the
+ * bytes given back. purge_lock held. */
+static size_t run_due(uint64_t now, bool bg) {
+  size_t lim = over_limit() ? purge_to_limit(now) : 0, idle = 0;
+  if (lim != 0) atomic_fetch_add_explicit(&given[HM_GIVE_LIMIT], lim, memory_order_relaxed);
   if (hm_purge_mode == PURGE_OFF) {
     atomic_store(&hm_purge_due_ns, UINT64_MAX);
-    return;
+    return lim;
   }
-  purge_step(now, hm_purge_mode == PURGE_EAGER ? 0 : hm_purge_delay_now(), STEP_BUDGET);
+  idle = purge_step(now, hm_purge_mode == PURGE_EAGER ? 0 : hm_purge_delay_now(), STEP_BUDGET);
+  if (idle != 0) atomic_fetch_add_explicit(&given[bg ? HM_GIVE_IDLE_BG : HM_GIVE_IDLE_TICK], idle, memory_order_relaxed);
+  return lim + idle;
 }
 
-/* ---- background purger (HAKMEM_BG_PURGE=1) ------------------------------- */
+/* Should the background purger run? on: always; auto: once unused memory
+ * exceeds what a lazy step keeps (twice the reserve), or the limit is
+ * passed. So a program that never leaves that much unused has no thread.
+ * (policy.c's hook: hm_purge_note_idle asks.) */
+static bool bg_wanted(void) {
+  int o = (int)hm_opt[HM_OPT_BG_PURGE];
+  if (o == BG_OFF || hm_purge_mode == PURGE_OFF) return false;
+  if (o == BG_ON || over_limit()) return true;
+  return hm_purge_unused_resident() + hm_large_cached_dirty() > 2 * reserve();
+}
+
+/* ---- background purger (HAKMEM_BG_PURGE) ---------------------------------- */
+
+/* Sleeps until the next step is due, at most IDLE_SLEEP_NS: what becomes
+ * unused while it sleeps lowers hm_purge_due_ns without waking it (no
+ * system call on the slow paths), so memory goes back at most that long
+ * after its delay. Detached, it never delays exit. */
+#define IDLE_SLEEP_NS 1000000000ull
+#define LIMIT_NAP_NS 10000000ull /* over the limit with nothing to give back */
+
+static void nap(uint64_t ns) {
+  struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+  nanosleep(&ts, NULL);
+}
 
 static void *bg_main(void *arg) {
   (void)arg;
-  uint64_t period = hm_purge_delay_now() / 2;
-  if (period < 10000000u) period = 10000000u;       /* 10 ms */
-  if (period > 500000000u) period = 500000000u;     /* 0.5 s */
   for (;;) {
     uint64_t now = hm_now_ns(), due = atomic_load(&hm_purge_due_ns);
-    uint64_t wait = due <= now ? 0 : (due - now < period ? due - now : period);
-    if (wait != 0 && !over_limit()) {
-      struct timespec ts = {(time_t)(wait / 1000000000u), (long)(wait % 1000000000u)};
-      nanosleep(&ts, NULL);
+    bool limit = over_limit();
+    if (due > now && !limit) {
+      nap(due - now < IDLE_SLEEP_NS ? due - now : IDLE_SLEEP_NS);
       continue;
     }
     pthread_mutex_lock(&purge_lock);
-    run_due(hm_now_ns());
+    size_t got = run_due(hm_now_ns(), true);
     pthread_mutex_unlock(&purge_lock);
-    sched_yield();
+    if (got == 0 && limit) nap(LIMIT_NAP_NS);
+    /* else straight on while a backlog remains: a yield on a loaded machine
+     * let 1 GiB freed take 1.7 s to drain (purge_burst_1g) */
   }
   return NULL;
 }
@@ -198,22 +238,53 @@ static void start_bg(void) {
   int rc = pthread_create(&t, &attr, bg_main, NULL);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   pthread_attr_destroy(&attr);
-  if (rc != 0) atomic_store(&hm_purge_bg_state, 2); /* purging stays on the slow paths */
+  if (rc != 0) {
+    atomic_store(&hm_purge_bg_state, 2); /* purging stays on the slow paths */
+  } else {
+    bg_thread = t;
+    atomic_store_explicit(&bg_known, 1, memory_order_release);
+  }
+}
+
+/* Start the purger if it is wanted; callers hold no lock. */
+static void maybe_start_bg(void) {
+  if (atomic_load_explicit(&hm_purge_bg_state, memory_order_relaxed) == 0 &&
+      atomic_load_explicit(&hm_init_state, memory_order_acquire) == 2 && bg_wanted())
+    start_bg();
 }
 
 static void purge_tick_slow(void) {
   int saved = errno; /* free and a successful malloc keep errno */
-  if (hm_opt[HM_OPT_BG_PURGE] && hm_purge_mode != PURGE_OFF &&
-      atomic_load_explicit(&hm_purge_bg_state, memory_order_relaxed) == 0 &&
-      atomic_load_explicit(&hm_init_state, memory_order_acquire) == 2)
-    start_bg();
-  if (hm_purge_mode == PURGE_LAZY) hm_heap_release_empty_cur(); /* (the caller's own heap) */
+  maybe_start_bg();
   if (pthread_mutex_trylock(&purge_lock) == 0) { /* else another thread is at it */
-    run_due(hm_now_ns());
+    run_due(hm_now_ns(), false);
     pthread_mutex_unlock(&purge_lock);
   }
   errno = saved;
 }
+
+/* A thread exited (policy.c's hook, from heap.c) and left unused what its
+ * empty slabs and SuperSlabs held: counted, and the purger started if it
+ * is wanted, in case nobody else calls. */
+static void thread_exited(size_t unused_before) {
+  size_t after = hm_purge_unused_resident(); /* (other threads' changes too: an estimate) */
+  if (after > unused_before) atomic_fetch_add_explicit(&given[HM_GIVE_EXIT], after - unused_before, memory_order_relaxed);
+  int saved = errno;
+  maybe_start_bg();
+  errno = saved;
+}
+
+void hm_purge_given(size_t out[HM_GIVE_PATHS], uint64_t *bg_cpu_ns) {
+  for (int i = 0; i < HM_GIVE_PATHS; i++) out[i] = atomic_load_explicit(&given[i], memory_order_relaxed);
+  *bg_cpu_ns = 0;
+  clockid_t clk;
+  struct timespec ts;
+  if (atomic_load(&hm_purge_bg_state) == 1 && atomic_load_explicit(&bg_known, memory_order_acquire) &&
+      pthread_getcpuclockid(bg_thread, &clk) == 0 && clock_gettime(clk, &ts) == 0)
+    *bg_cpu_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+bool hm_purge_bg_running(void) { return atomic_load(&hm_purge_bg_state) == 1; }
 
 /* ---- all at once ---------------------------------------------------------- */
 
@@ -244,24 +315,43 @@ int hm_collect(bool all) {
   bytes += hm_large_release(0);
   bytes += hm_backend_release_cached();
   pthread_mutex_unlock(&purge_lock);
+  atomic_fetch_add_explicit(&given[HM_GIVE_TRIM], bytes, memory_order_relaxed);
   return bytes != 0 || hm_backend_resident_estimate() < before;
 }
 
 /* ---- fork ------------------------------------------------------------------ */
 
 /* A step in progress holds purge_lock: the child never inherits claimed
- * bits nobody will release. The child has no background purger. */
+ * bits nobody will release. The child has no background purger: its
+ * thread's next slow path starts one if it is wanted (maybe_start_bg). */
 void hm_purge_fork_prepare(void) { pthread_mutex_lock(&purge_lock); }
 void hm_purge_fork_parent(void) { pthread_mutex_unlock(&purge_lock); }
 void hm_purge_fork_child(void) {
   pthread_mutex_init(&purge_lock, NULL);
-  if (atomic_load(&hm_purge_bg_state) == 1) atomic_store(&hm_purge_bg_state, 0);
+  if (atomic_load(&hm_purge_bg_state) == 1) {
+    atomic_store(&bg_known, 0);
+    atomic_store(&hm_purge_bg_state, 0);
+    atomic_store(&hm_purge_due_ns, 0);
+    hm_tick_countdown = 1;
+  }
 }
 
-/* policy.c's tick, when a step may be due (or an RSS limit is set). */
-static void tick_step(uint64_t now) {
+/* policy.c's tick, when a step may be due, an RSS limit is set, or a step
+ * ran since this thread last looked (look). */
+static void tick_step(uint64_t now, bool look) {
+  if (look) { /* the caller's own empty current slabs (policy.c) */
+    int saved = errno;
+    hm_heap_release_empty_cur();
+    errno = saved;
+  }
+  /* Within 1/8 of the limit, every slow path looks (a burst of large
+   * blocks grows by 16 of them between two looks otherwise). */
+  if (hm_rss_limit != 0 && hm_backend_resident_estimate() > hm_rss_limit - hm_rss_limit / 8) hm_tick_countdown = 1;
   if (now < atomic_load_explicit(&hm_purge_due_ns, memory_order_relaxed) && !over_limit()) return;
   purge_tick_slow();
 }
 
-void hm_purge_start(void) { hm_purge_set_step(tick_step); }
+void hm_purge_start(void) {
+  static const hm_purge_hooks_t hooks = {tick_step, bg_wanted, hm_purge_unused_resident, thread_exited};
+  hm_purge_set_hooks(&hooks);
+}

@@ -58,6 +58,40 @@ static void put_mib(hm_line_t *o, const char *label, size_t bytes) {
   hm_line_put(o, " MiB");
 }
 
+/* What went back to the OS by which path, the limit, the purger's CPU time. */
+static void given_line(hm_line_t *o) {
+  size_t g[HM_GIVE_PATHS];
+  uint64_t cpu_ns;
+  hm_purge_given(g, &cpu_ns);
+  put_mib(o, "given back: idle purges ", g[HM_GIVE_IDLE_BG] + g[HM_GIVE_IDLE_TICK]);
+  put_mib(o, " (background purger ", g[HM_GIVE_IDLE_BG]);
+  put_mib(o, ", slow paths ", g[HM_GIVE_IDLE_TICK]);
+  put_mib(o, "), RSS limit ", g[HM_GIVE_LIMIT]);
+  put_mib(o, ", trim/collect ", g[HM_GIVE_TRIM]);
+  put_mib(o, "; left unused by exiting threads ", g[HM_GIVE_EXIT]);
+  hm_line_put(o, "\npurger: ");
+  if (hm_purge_bg_running()) {
+    hm_line_put(o, "running, CPU time ");
+    hm_line_dec(o, cpu_ns / 1000000u, 0);
+    hm_line_put(o, " ms");
+  } else {
+    hm_line_put(o, "not started");
+  }
+  hm_line_put(o, "; RSS limit ");
+  if (hm_rss_limit == 0) {
+    hm_line_put(o, "none");
+  } else if (hm_option_is_set(HM_OPT_RSS_LIMIT_MB)) {
+    put_mib(o, "", hm_rss_limit);
+    hm_line_put(o, " (HAKMEM_RSS_LIMIT_MB)");
+  } else {
+    put_mib(o, "", hm_rss_limit);
+    hm_line_put(o, " (");
+    hm_line_put(o, hm_cgroup_source());
+    hm_line_put(o, ")");
+  }
+  hm_line_put(o, "\n");
+}
+
 /* Where the resident memory is (pagemap; the report only). */
 static void resident_line(hm_line_t *o) {
   size_t ss[NUM_KINDS + 1] = {0}, large[3] = {0};
@@ -132,6 +166,7 @@ static void report(hm_line_t *o) {
   hm_line_put(o, ", mmap failures ");
   hm_line_dec(o, st.os.mmap_failures, 0);
   hm_line_put(o, "\n");
+  given_line(o);
   resident_line(o);
   if (st.counters) {
     static const char *const src[HAK_REFILL_SOURCES] = {"carve", "local_free swap", "remote drain", "listed slab",

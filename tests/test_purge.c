@@ -11,9 +11,12 @@
  *              blocks in use (all but their first page), once
  *   reuse      purged memory reused: zeros, contents kept, honest byte counts
  *   race       threads reuse slabs while others purge them (no lost writes)
- *   bg         HAKMEM_BG_PURGE=1: RSS falls while the program sleeps; in a
+ *   bg         HAKMEM_BG_PURGE=on (or auto): RSS falls while the program sleeps; in a
  *              forked child too
  *   bg_control the same without the background purger: RSS stays
+ *   auto on|off  HAKMEM_BG_PURGE=auto: no purger thread while at most the
+ *              reserve is left unused; one, and RSS falls while the program
+ *              sleeps, once more is (off: HAKMEM_BG_PURGE=off, neither)
  *   limit      HAKMEM_RSS_LIMIT_MB=32: freed memory goes back at once
  *   burst N    N MiB of small blocks freed, then low-rate activity: RSS below
  *              10% of the peak within about a second
@@ -194,7 +197,9 @@ static void t_eager(void) {
 
 static void t_lazy(void) {
   const double delay = 0.6; /* HAKMEM_PURGE_DELAY_MS=600 */
-  blocks_t b = fill_small(64 * MiB, 3);
+  /* 128 MiB: what stays (the program, the 4 MiB reserve, the background
+   * purger's stack) is well under a tenth; at 64 MiB it was within 0.1 MiB */
+  blocks_t b = fill_small(128 * MiB, 3);
   size_t peak = tc_rss_bytes(), m0 = os().madvise_calls;
   double t0 = now_s();
   free_all(&b);
@@ -399,7 +404,7 @@ static void wait_rss_fall(size_t peak, double secs, const char *what) {
 }
 
 static void t_bg(void) {
-  /* HAKMEM_BG_PURGE=1, HAKMEM_PURGE_DELAY_MS=300. 128 MiB: what stays
+  /* HAKMEM_BG_PURGE=on or auto, HAKMEM_PURGE_DELAY_MS=300. 128 MiB: what stays
    * resident (the program, the purger's reserve of 4 MiB) is then well
    * under a tenth of the peak. */
   blocks_t b = fill_small(128 * MiB, 5);
@@ -429,6 +434,38 @@ static void t_bg_control(void) {
   sleep_s(1.5);
   CHECK(tc_rss_bytes() > peak / 2, "RSS fell from %zu to %zu MiB while asleep, without a background purger",
         peak / MiB, tc_rss_bytes() / MiB);
+}
+
+static int count_threads(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  CHECK(f, "open /proc/self/status");
+  char line[256];
+  int n = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "Threads: %d", &n) == 1) break;
+  fclose(f);
+  return n;
+}
+
+static void t_auto(bool on) {
+  /* never more than about 1 MiB unused (the reserve is 4 MiB): no thread */
+  for (uint64_t r = 0; r < 40; r++) {
+    blocks_t b = fill_small(MiB, 100 + r);
+    free_all(&b);
+  }
+  sleep_s(0.3);
+  CHECK(count_threads() == 1, "%d threads after 1 MiB bursts (no purger wanted)", count_threads());
+  blocks_t b = fill_small(128 * MiB, 9); /* (the reserve and the program stay: under 10%) */
+  size_t peak = tc_rss_bytes();
+  free_all(&b);
+  if (on) {
+    wait_rss_fall(peak, 1.5, "auto");
+    CHECK(count_threads() == 2, "%d threads after 128 MiB freed (the purger wanted)", count_threads());
+  } else {
+    sleep_s(1.5);
+    CHECK(count_threads() == 1, "%d threads with HAKMEM_BG_PURGE=off", count_threads());
+    CHECK(tc_rss_bytes() > peak / 2, "RSS fell from %zu to %zu MiB without a purger", peak / MiB, tc_rss_bytes() / MiB);
+  }
 }
 
 static void t_limit(void) {
@@ -822,6 +859,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(m, "race")) t_race();
   else if (!strcmp(m, "bg")) t_bg();
   else if (!strcmp(m, "bg_control")) t_bg_control();
+  else if (!strcmp(m, "auto")) t_auto(argc > 2 && !strcmp(argv[2], "on"));
   else if (!strcmp(m, "limit")) t_limit();
   else if (!strcmp(m, "burst")) t_burst(argc > 2 ? (size_t)atol(argv[2]) : 256);
   else if (!strcmp(m, "stats")) t_stats();
