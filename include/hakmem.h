@@ -127,6 +127,12 @@ HAK_API void hak_options_write(int fd);
  * if memory was given back, 0 if there was none to give. */
 HAK_API int hak_collect(bool all);
 
+/* Write the heap profile sampled so far (HAKMEM_PROFILE or
+ * HAKMEM_LEAK_REPORT on) to path (NULL: HAKMEM_PROFILE's; %p becomes the
+ * pid): pprof's profile.proto, gzip-compressed. 0, or -1 with errno
+ * (ENOTSUP: profiling is off). */
+HAK_API int hak_profile_dump(const char *path);
+
 /* Nonzero when this build checks internal invariants (make debug). */
 HAK_API int hak_debug_build(void);
 

@@ -15,13 +15,13 @@ import subprocess
 import sys
 
 LAYERS = [
-    ("base", ["line", "error", "options", "cgroup", "random", "registry", "sizeclass"]),
+    ("base", ["line", "error", "options", "cgroup", "random", "registry", "sizeclass", "stack"]),
     ("OS", ["os"]),
     ("blocks", ["secure"]),
-    ("policy", ["policy", "counters"]),
+    ("policy", ["policy", "counters", "sample"]),
     ("SuperSlabs", ["slabpurge", "backend"]),
     ("lanes", ["heap", "big", "pack", "large"]),
-    ("services", ["misuse", "purge", "stats"]),
+    ("services", ["misuse", "purge", "stats", "prof"]),
     ("API", ["alloc", "override", "new_delete", "fork", "init"]),
 ]
 ALLOWED_UP = {"hm_init_slow", "hm_init_state", "hak_debug_build"}

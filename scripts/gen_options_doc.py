@@ -165,6 +165,8 @@ def row_cells(r):
         dflt, values = code(number(r["def"])), "`0`, `1`"
     elif r["type"] == "INT":
         dflt, values = code(number(r["def"])), "%s to %s" % (code(number(r["min"])), code(number(r["max"])))
+    elif r["type"] == "PATH":
+        dflt, values = "(unset)", "a file path"
     elif r["type"] == "CHOICE":
         if r["choices"] is None:
             raise DefError("%s: CHOICE without choices" % r["name"])

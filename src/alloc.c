@@ -15,6 +15,7 @@ void hm_free_slow(void *p) {
   if (p == NULL) return;
   unsigned k = hm_reg_kind((uintptr_t)p);
   if (hm_reg_large(k)) {
+    if (unlikely(hm_sample_active)) hm_prof_freed(p); /* (sampled blocks are large ones: prof.c) */
     hm_large_free(p);
     hm_purge_tick();
     return;
@@ -79,9 +80,12 @@ void *hak_realloc(void *p, size_t n) {
     return NULL;
   }
   unsigned k = hm_reg_kind((uintptr_t)p);
-  if (hm_reg_large(k)) return hm_large_realloc(p, n);
+  /* A sampled block always moves (below): its free is recorded, the new one
+   * may be sampled. (Kept, it would be a small block in the large lane.) */
+  bool sampled = hm_reg_large(k) && unlikely(hm_sample_active) && hm_prof_freed(p);
+  if (hm_reg_large(k) && !sampled) return hm_large_realloc(p, n);
   /* Keep the block when it fits and would not waste more than half. */
-  if (n <= old && (old <= 256 || n >= old / 2)) return p;
+  if (n <= old && (old <= 256 || n >= old / 2) && !sampled) return p;
   /* A move of more than 64 KiB goes to a pack when packs are on: the copy
    * touches every page it fills, and a pack reuses pages one by one, where
    * a pool block keeps them for good (docs/DESIGN.md, "Large lane"). */

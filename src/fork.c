@@ -41,6 +41,7 @@ static void fork_prepare(void) {
    * holding the list lock waits for that FILE: the list lock comes first,
    * as before glibc's own malloc locks (its fork takes it again: recursive). */
   if (_IO_list_lock) _IO_list_lock();
+  hm_prof_fork_prepare(); /* (its lock is never held with another) */
   hm_purge_fork_prepare();
   hm_heap_fork_prepare();
   hm_backend_fork_prepare();
@@ -53,6 +54,7 @@ static void fork_parent(void) {
   hm_backend_fork_parent();
   hm_heap_fork_parent();
   hm_purge_fork_parent();
+  hm_prof_fork_parent();
   if (_IO_list_unlock) _IO_list_unlock(); /* glibc has dropped its own count already */
 }
 
@@ -62,6 +64,7 @@ static void fork_child(void) {
   hm_backend_fork_child();
   hm_heap_fork_child();
   hm_purge_fork_child();
+  hm_prof_fork_child();
   if (_IO_list_resetlock) _IO_list_resetlock(); /* (glibc has reset it before the handlers: idempotent) */
 }
 

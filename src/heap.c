@@ -760,6 +760,99 @@ static heap_t *heap_for_thread(void) {
   return h;
 }
 
+/* Sampling on (sample.h): every list the fast path is given is charged
+ * here, and cut where a sampled malloc falls, the rest of it moved to
+ * local_free (empty then: the list came from it, from remote frees or from
+ * carving), so that that malloc comes back here. The classes of big slabs
+ * are charged per malloc (hm_malloc_big), as their lists are rebuilt. */
+static HM_NOINLINE void *heap_alloc_sampling(heap_t *h, unsigned c, size_t n, bool charge_big) {
+  uint32_t bs = hm_class_size[c];
+  if (bs > MEDIUM_MAX) {
+    unsigned fired = charge_big ? hm_sample_one(bs) : 0;
+    return fired != 0 ? hm_sample_serve(fired, n, 0, bs) : heap_alloc(h, c);
+  }
+  unsigned fired = 0;
+  if (hm_sample_take_pending(c) || hm_sample_list(1, bs) == 1) fired = hm_sample_fire(bs);
+  if (fired != 0) return hm_sample_serve(fired, n, 0, bs);
+  slab_t *s = h->cur[c];
+  void *p;
+  if (s->free == NULL && s->local_free != NULL && s->in_use != SLAB_FOREIGN) {
+    /* the swap the fast path leaves to us (slab_refill's, and the pop) */
+    HM_STAT_REFILL(h, HM_REFILL_LOCAL, s->carved - s->used);
+    block_t *b = s->local_free;
+#ifdef HAKMEM_SECURE
+    if (unlikely(!hm_head_ok(s, b))) hm_corrupt_list(s, b);
+#endif
+    s->local_free = NULL;
+    s->free = hm_next_get(s, b);
+    s->used++;
+    HM_STAT_ADD(h, alloc[c], 1);
+    p = hm_block_handout(s, b, NULL);
+  } else {
+    p = heap_alloc(h, c);
+    s = h->cur[c];
+  }
+  if (p == NULL || s == &hm_empty_slab || s->free == NULL) return p;
+  if (s->in_use == SLAB_FOREIGN) {
+    /* The foreign cache serves mallocs while no sample falls in its list;
+     * else the slow path serves it block by block until the sample. (Its
+     * blocks must stay on its list: flushes send that list back.) */
+    uint32_t cached = (uint32_t)(s->capacity + 1 - s->used);
+    if (hm_sample_peek(cached, bs) == 0) {
+      hm_sample_list(cached, bs);
+    } else {
+      s->own_id = (uintptr_t)h;
+      heap_set_cur(h, c, &hm_empty_slab);
+    }
+    return p;
+  }
+  uint32_t count = 0;
+  if (s->local_free == NULL) {
+    count = s->carved - s->used; /* every free block is on s->free */
+  } else {
+    for (block_t *b = s->free; b != NULL; b = hm_next_get(s, b)) count++;
+  }
+  uint32_t k = hm_sample_list(count, bs);
+  if (k == 0) return p;
+  /* s->free keeps its first k - 1 blocks */
+  block_t *rest = s->free;
+  if (k > 1) {
+    block_t *last = rest;
+    for (uint32_t i = 2; i < k; i++) last = hm_next_get(s, last);
+    rest = hm_next_get(s, last);
+    hm_next_set(s, last, NULL);
+  } else {
+    s->free = NULL;
+  }
+  block_t *tail = rest;
+  for (block_t *b; (b = hm_next_get(s, tail)) != NULL;) tail = b;
+  hm_next_set(s, tail, s->local_free);
+  s->local_free = rest;
+  hm_sample_set_pending(c);
+  return p;
+}
+
+/* Sampling on: the fast path's local_free swap (free is empty), charged;
+ * anything else (a sample in the list, a pending sample, the foreign
+ * cache, big-slab classes) takes the slow path. */
+void *hm_sample_swap(heap_t *h, slab_t *s, size_t n) {
+  uint32_t bs = s->block_size;
+  uint32_t count = s->carved - s->used; /* = |local_free| */
+  unsigned c = s->cls;
+  if (s->in_use == SLAB_FOREIGN || bs > MEDIUM_MAX || hm_sample_is_pending(c) || hm_sample_peek(count, bs))
+    return hm_alloc_slow(n);
+  hm_sample_list(count, bs);
+  HM_STAT_REFILL(h, HM_REFILL_LOCAL, count);
+  (void)h;
+  block_t *b = s->local_free;
+  s->local_free = NULL;
+  block_t *next = hm_next_get(s, b);
+  s->free = next;
+  s->used++;
+  HM_STAT_ADD(h, alloc[c], 1);
+  return hm_block_handout(s, b, next);
+}
+
 void *hm_alloc_slow(size_t n) {
   heap_t *h = hm_tls_heap;
   if (unlikely(h == &hm_empty_heap)) {
@@ -771,6 +864,17 @@ void *hm_alloc_slow(size_t n) {
     }
   }
   hm_purge_tick();
+  if (unlikely(hm_sample_active)) {
+    /* malloc jumps here (a tail call): the return address is the
+     * program's, which lets a sampled stack come from the cache. (Out of
+     * line: inlined, the sampling path cost every slow call with sampling
+     * off five more saved registers.) */
+    hm_sample_tls.caller_ra = (uintptr_t)__builtin_return_address(0);
+    hm_sample_tls.caller_cfa = (uintptr_t)__builtin_dwarf_cfa();
+    void *p = heap_alloc_sampling(h, hm_size_class(n), n, false);
+    hm_sample_tls.caller_ra = 0;
+    return p;
+  }
   return heap_alloc(h, hm_size_class(n));
 }
 
@@ -780,6 +884,7 @@ void *hm_alloc_class(unsigned c) {
     errno = ENOMEM;
     return NULL;
   }
+  if (unlikely(hm_sample_active)) return heap_alloc_sampling(h, c, hm_class_size[c], true);
   return heap_alloc(h, c);
 }
 
@@ -900,7 +1005,9 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
     }
     h = created;
   }
-  hm_tls_free_id = (uintptr_t)h | 1; /* h is this thread's heap */
+  /* h is this thread's heap. (Not while sampling: a trading thread's own
+   * frees go on the list it allocates from, uncounted: sample.h.) */
+  if (likely(!hm_sample_active)) hm_tls_free_id = (uintptr_t)h | 1;
   slab_shape_t *sh = &ss->shape[hm_slab_index(ss, b)];
   unsigned c = __atomic_load_n(&sh->cls, __ATOMIC_RELAXED);
   /* Tell the owner's double-free check that a block of this slab may sit
@@ -918,7 +1025,21 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
   slab_t *f = &h->foreign[c];
   b->next = f->free;
   f->free = b;
-  if (unlikely(--f->used == 0)) foreign_overflow(f);
+  /* Sampling: a block pushed on the cache that serves mallocs is the next
+   * one handed out, charged now; when that malloc is the sampled one, the
+   * cache stops serving so that it takes the slow path. */
+  if (unlikely(hm_sample_active) && f->own_id == (uintptr_t)h + 1 && hm_sample_list(1, hm_class_size[c]) == 1) {
+    hm_sample_set_pending(c);
+    f->own_id = (uintptr_t)h;
+    heap_set_cur(h, c, &hm_empty_slab);
+  }
+  if (unlikely(--f->used == 0)) {
+    uint16_t before = f->used;
+    foreign_overflow(f);
+    /* (blocks charged but sent back will not be handed out here) */
+    if (unlikely(hm_sample_active) && f->own_id == (uintptr_t)h + 1)
+      hm_sample_uncharge((uint32_t)(f->used - before), hm_class_size[c]);
+  }
 }
 
 /* hm_free_trading pushed block b on t and brought t's `used` to 0: the

@@ -13,6 +13,8 @@ HM_INLINE void *hm_slab_pop(heap_t *h, slab_t *s, size_t n) {
   block_t *b = s->free;
   if (unlikely(!hm_head_ok(s, b))) { /* hardening: b != NULL (secure: and not damaged) */
     if (b != NULL || !hm_head_ok(s, b = s->local_free)) return hm_alloc_slow(n);
+    /* (sampling on: the swap charges the list first: sample.h) */
+    if (unlikely(hm_sample_active)) return hm_sample_swap(h, s, n);
     s->local_free = NULL;
     /* blocks taken: all the owner freed, unless s is the foreign cache */
     HM_STAT_REFILL(h, HM_REFILL_LOCAL, s->in_use == SLAB_FOREIGN ? 0 : s->carved - s->used);

@@ -25,6 +25,7 @@ void hm_init_slow(void) {
     hm_purge_start();
     hm_heap_process_init();
     hm_big_init();
+    hm_prof_init();
     atomic_store_explicit(&hm_init_state, 2, memory_order_release);
     hm_fork_init(); /* pthread_atfork: src/fork.c */
     return;

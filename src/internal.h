@@ -9,6 +9,7 @@
 
 #include "types.h"
 #include "line.h"
+#include "sample.h"
 
 /* glibc's allocator, for HAKMEM_FORCE_LIBC_ALLOC=1 */
 extern void *__libc_malloc(size_t);
@@ -45,6 +46,7 @@ HM_HIDDEN void hm_check_block(const slab_t *s, const void *p);
  * by hm_options_init before the allocator is ready */
 HM_HIDDEN void hm_options_init(void);
 HM_HIDDEN int hm_option_is_set(int id);
+HM_HIDDEN const char *hm_option_path(int id); /* a PATH option: NULL when unset */
 HM_HIDDEN void hm_options_write(int fd);
 HM_HIDDEN void hm_options_print_config(void); /* HAKMEM_VERBOSE=1 */
 extern HM_HIDDEN int hm_force_libc;    /* HAKMEM_FORCE_LIBC_ALLOC=1 (set by init.c) */
@@ -234,6 +236,7 @@ extern HM_HIDDEN __thread heap_t *hm_tls_heap __attribute__((tls_model("initial-
 extern HM_HIDDEN __thread uintptr_t hm_tls_free_id __attribute__((tls_model("initial-exec")));
 HM_HIDDEN void hm_heap_process_init(void);
 HM_HIDDEN void *hm_alloc_slow(size_t n);
+HM_HIDDEN void *hm_sample_swap(heap_t *h, slab_t *s, size_t n); /* sampling on: the local_free swap */
 HM_HIDDEN void *hm_alloc_class(unsigned cls);
 HM_HIDDEN void hm_free_local_slow(heap_t *h, slab_t *s);
 HM_HIDDEN void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b);
@@ -288,6 +291,7 @@ HM_HIDDEN void hm_large_chunk_give(void *chunk);
 
 /* large.c: the large lane (blocks above POOL_MAX) */
 HM_HIDDEN void *hm_large_alloc(size_t n, size_t align);
+HM_HIDDEN void *hm_large_alloc_unsampled(size_t n, size_t align); /* for a sampler's serve hook */
 HM_HIDDEN void *hm_large_calloc(size_t n);
 HM_HIDDEN void *hm_large_realloc(void *p, size_t n);
 HM_HIDDEN void hm_large_free(void *p);
@@ -339,6 +343,14 @@ struct mallinfo2;
 HM_HIDDEN struct mallinfo2 hm_mallinfo2(void);
 HM_HIDDEN struct mallinfo hm_mallinfo(void);
 HM_HIDDEN void hm_malloc_stats(void);
+
+/* prof.c: the heap profiler, a consumer of the sampler (sample.h); its
+ * serve hook is how the lanes call up into it */
+HM_HIDDEN void hm_prof_init(void);
+HM_HIDDEN bool hm_prof_freed(void *p); /* a large block freed: true if it was a sampled one */
+HM_HIDDEN void hm_prof_fork_prepare(void);
+HM_HIDDEN void hm_prof_fork_parent(void);
+HM_HIDDEN void hm_prof_fork_child(void);
 
 /* ==== 8 API ============================================================== */
 

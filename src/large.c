@@ -890,6 +890,14 @@ static void *pack_alloc(size_t n, size_t align, bool zero) {
 }
 
 void *hm_large_alloc(size_t n, size_t align) {
+  if (unlikely(hm_sample_active)) {
+    unsigned fired = hm_sample_one(n);
+    if (fired != 0) return hm_sample_serve(fired, n, align, n);
+  }
+  return hm_large_alloc_unsampled(n, align);
+}
+
+void *hm_large_alloc_unsampled(size_t n, size_t align) {
   hm_ensure_init();
   if (hm_force_libc) return align > 16 ? __libc_memalign(align, n) : __libc_malloc(n);
   hm_purge_tick(); /* (a limit near: before this takes more memory) */
@@ -905,6 +913,14 @@ void *hm_large_alloc(size_t n, size_t align) {
 }
 
 void *hm_large_calloc(size_t n) {
+  if (unlikely(hm_sample_active)) {
+    unsigned fired = hm_sample_one(n);
+    if (fired != 0) {
+      void *p = hm_sample_serve(fired, n, 0, n);
+      if (p != NULL) memset(p, 0, n);
+      return p;
+    }
+  }
   hm_ensure_init();
   if (hm_force_libc) return __libc_calloc(1, n);
   hm_purge_tick();
@@ -1186,7 +1202,8 @@ static void *shrink_to_pool(void *p, size_t n) {
     errno = saved;
     return p;
   }
-  memcpy(q, p, n);
+  size_t old = hm_large_usable(p); /* (a sampled small block, served here, may be shorter) */
+  memcpy(q, p, n < old ? n : old);
   hm_large_free(p);
   return q;
 }

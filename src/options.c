@@ -6,7 +6,7 @@
 
 #include "internal.h"
 
-enum { T_BOOL, T_INT, T_CHOICE };
+enum { T_BOOL, T_INT, T_CHOICE, T_PATH }; /* PATH: hm_opt holds the getenv string (hm_option_path) */
 
 struct option_row {
   const char *name;
@@ -117,6 +117,9 @@ void hm_options_init(void) {
     if (r->type == T_CHOICE) {
       x = choice_index(r->choices, v);
       ok = x >= 0;
+    } else if (r->type == T_PATH) {
+      x = (long)(intptr_t)v;
+      ok = 1;
     } else {
       ok = parse_long(v, &x) && x >= r->min && x <= r->max;
     }
@@ -139,11 +142,19 @@ void hm_options_init(void) {
 
 int hm_option_is_set(int id) { return opt_set[id]; }
 
+const char *hm_option_path(int id) { return (const char *)(intptr_t)hm_opt[id]; }
+
 static void value_text(const struct option_row *r, long v, char *buf, size_t cap) {
-  if (r->type == T_CHOICE)
+  if (r->type == T_CHOICE) {
     choice_name(r->choices, v, buf, cap);
-  else
+  } else if (r->type == T_PATH) {
+    const char *s = v != 0 ? (const char *)(intptr_t)v : "";
+    size_t len = strlen(s) < cap - 1 ? strlen(s) : cap - 1;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+  } else {
     hm_format_dec(buf, v);
+  }
   if (r == &rows[HM_OPT_RSS_LIMIT_MB] && v == hm_opt[HM_OPT_RSS_LIMIT_MB] && limit_from_cgroup) {
     size_t len = strlen(buf);
     const char *parts[] = {" (from ", hm_cgroup_source(), ")"};

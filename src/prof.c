@@ -1,0 +1,738 @@
+/* The sampled heap profiler (HAKMEM_PROFILE, HAKMEM_LEAK_REPORT): a
+ * consumer of the sampler (sample.h). A sampled allocation is served from
+ * the large lane, so that its free, which takes the lane's path, is seen
+ * here (hm_prof_freed) without any test on the slab lanes' fast paths.
+ * Tables live in private mappings; nothing here calls malloc. The profile
+ * is pprof's profile.proto, written by hand and wrapped in a gzip member of
+ * stored deflate blocks. docs/DESIGN.md, "Sampling"; docs/USING.md, "Heap
+ * profiles". */
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../include/hakmem.h"
+#include "internal.h"
+#include "sample.h"
+#include "stack.h"
+
+/* ---- state: one lock (a spin lock: the signal handler only tries it) ---- */
+
+static _Atomic int prof_lock_word;
+static _Atomic int dump_pending; /* SIGUSR2 came while the lock was held */
+static bool prof_on;
+static double rate;              /* HAKMEM_PROFILE_RATE */
+static const char *prof_path;    /* HAKMEM_PROFILE, or NULL */
+static uint64_t start_ns;
+
+static bool prof_trylock(void) {
+  int expected = 0;
+  return atomic_compare_exchange_strong_explicit(&prof_lock_word, &expected, 1, memory_order_acquire,
+                                                 memory_order_relaxed);
+}
+static void prof_lock(void) {
+  while (!prof_trylock()) sched_yield();
+}
+static void dump_locked(const char *path, bool symbolize);
+static void prof_unlock(void) {
+  atomic_store_explicit(&prof_lock_word, 0, memory_order_release);
+  /* a SIGUSR2 that found the lock taken: its dump, now */
+  while (atomic_load(&dump_pending) && prof_trylock()) {
+    atomic_store(&dump_pending, 0);
+    dump_locked(prof_path, false);
+    atomic_store_explicit(&prof_lock_word, 0, memory_order_release);
+  }
+}
+
+/* ---- private memory ----------------------------------------------------- */
+
+static void *map(size_t len) {
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+/* Bump arena for stacks' frames (kept for the process's life). */
+#define ARENA_CHUNK ((size_t)1 << 20)
+static char *arena_cur, *arena_end;
+static void *arena_alloc(size_t len) {
+  len = (len + 15) & ~(size_t)15;
+  if (arena_cur == NULL || (size_t)(arena_end - arena_cur) < len) {
+    size_t chunk = len > ARENA_CHUNK ? len : ARENA_CHUNK;
+    char *c = map(chunk);
+    if (c == NULL) return NULL;
+    arena_cur = c;
+    arena_end = c + chunk;
+  }
+  void *p = arena_cur;
+  arena_cur += len;
+  return p;
+}
+
+/* ---- call sites: stacks with their estimated totals ---------------------- */
+
+/* A site's record stays where it was made (the arena): live blocks and the
+ * list of all sites point at it; the hash index of pointers grows. */
+typedef struct site {
+  struct site *all_next;
+  uint64_t hash;
+  uint32_t depth;
+  uint32_t samples; /* live samples (the leak report) */
+  double alloc_objects, alloc_space, inuse_objects, inuse_space;
+  uintptr_t pcs[];
+} site_t;
+
+static site_t **site_index;
+static size_t site_cap, site_count;
+static site_t *all_sites;
+
+/* Live sampled blocks, by address (open addressing). */
+typedef struct {
+  uintptr_t addr; /* 0: empty; 1: deleted */
+  site_t *site;
+  double objects, space;
+} live_t;
+
+static live_t *live;
+static size_t live_cap, live_used; /* used: live + deleted */
+
+static uint64_t hash_pcs(const uintptr_t *pcs, int n) {
+  uint64_t h = 0x9e3779b97f4a7c15ULL ^ (uint64_t)n;
+  for (int i = 0; i < n; i++) {
+    h ^= pcs[i];
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 32;
+  }
+  return h;
+}
+
+static bool sites_grow(void) {
+  size_t cap = site_cap == 0 ? 1024 : site_cap * 2;
+  site_t **t = map(cap * sizeof *t);
+  if (t == NULL) return false;
+  for (site_t *s = all_sites; s != NULL; s = s->all_next) {
+    size_t j = s->hash & (cap - 1);
+    while (t[j] != NULL) j = (j + 1) & (cap - 1);
+    t[j] = s;
+  }
+  if (site_index != NULL) munmap(site_index, site_cap * sizeof *site_index);
+  site_index = t;
+  site_cap = cap;
+  return true;
+}
+
+/* The site of a stack, made if new; NULL: out of memory. */
+static site_t *site_of(const uintptr_t *pcs, int n) {
+  if ((site_count + 1) * 2 > site_cap && !sites_grow()) return NULL;
+  uint64_t h = hash_pcs(pcs, n);
+  size_t j = h & (site_cap - 1);
+  for (site_t *s; (s = site_index[j]) != NULL; j = (j + 1) & (site_cap - 1))
+    if (s->hash == h && s->depth == (uint32_t)n && memcmp(s->pcs, pcs, n * sizeof *pcs) == 0) return s;
+  site_t *s = arena_alloc(sizeof(site_t) + (size_t)n * sizeof *pcs);
+  if (s == NULL) return NULL;
+  *s = (site_t){.all_next = all_sites, .hash = h, .depth = (uint32_t)n};
+  memcpy(s->pcs, pcs, n * sizeof *pcs);
+  all_sites = s;
+  site_index[j] = s;
+  site_count++;
+  return s;
+}
+
+static size_t live_slot(uintptr_t a, size_t cap) {
+  uint64_t h = (uint64_t)a * 0x9e3779b97f4a7c15ULL;
+  return (size_t)(h >> 20) & (cap - 1);
+}
+
+static bool live_grow(void) {
+  size_t cap = live_cap == 0 ? 4096 : live_cap * 2;
+  live_t *t = map(cap * sizeof(live_t));
+  if (t == NULL) return false;
+  size_t used = 0;
+  for (size_t i = 0; i < live_cap; i++) {
+    if (live[i].addr <= 1) continue;
+    size_t j = live_slot(live[i].addr, cap);
+    while (t[j].addr != 0) j = (j + 1) & (cap - 1);
+    t[j] = live[i];
+    used++;
+  }
+  if (live != NULL) munmap(live, live_cap * sizeof(live_t));
+  live = t;
+  live_cap = cap;
+  live_used = used;
+  return true;
+}
+
+/* ---- sampling ----------------------------------------------------------- */
+
+/* The sampled allocation: from the large lane (its free comes to
+ * hm_prof_freed), recorded with its stack and weight. */
+static void *prof_serve(unsigned fired, size_t n, size_t align, size_t charged) {
+  (void)fired;
+  uintptr_t pcs[HM_STACK_MAX];
+  int depth = hm_stack_capture_at(hm_sample_tls.caller_ra, hm_sample_tls.caller_cfa, pcs, HM_STACK_MAX);
+  void *p = hm_large_alloc_unsampled(n == 0 ? 1 : n, align);
+  if (p == NULL) return NULL;
+  /* unbiased estimates (as pprof's): a block charged c bytes is sampled
+   * with probability 1 - exp(-c / rate) */
+  double w = 1.0 / hm_one_minus_exp_neg((double)(charged == 0 ? 1 : charged) / rate);
+  prof_lock();
+  site_t *st = site_of(pcs, depth);
+  if (st != NULL && ((live_used + 1) * 2 <= live_cap || live_grow())) {
+    st->alloc_objects += w;
+    st->alloc_space += w * (double)n;
+    st->inuse_objects += w;
+    st->inuse_space += w * (double)n;
+    st->samples++;
+    size_t j = live_slot((uintptr_t)p, live_cap);
+    while (live[j].addr > 1) j = (j + 1) & (live_cap - 1);
+    if (live[j].addr == 0) live_used++;
+    live[j] = (live_t){.addr = (uintptr_t)p, .site = st, .objects = w, .space = w * (double)n};
+  }
+  prof_unlock();
+  return p;
+}
+
+bool hm_prof_freed(void *p) {
+  if (!prof_on) return false;
+  bool found = false;
+  prof_lock();
+  if (live_cap != 0) {
+    size_t j = live_slot((uintptr_t)p, live_cap);
+    for (; live[j].addr != 0; j = (j + 1) & (live_cap - 1)) {
+      if (live[j].addr != (uintptr_t)p) continue;
+      site_t *st = live[j].site;
+      st->inuse_objects -= live[j].objects;
+      st->inuse_space -= live[j].space;
+      st->samples--;
+      live[j].addr = 1;
+      found = true;
+      break;
+    }
+  }
+  prof_unlock();
+  return found;
+}
+/* ---- profile.proto, by hand --------------------------------------------- */
+
+/* A growing buffer in private mappings. */
+typedef struct {
+  uint8_t *p;
+  size_t len, cap;
+  bool failed;
+} buf_t;
+
+static void buf_reserve(buf_t *b, size_t more) {
+  if (b->failed || b->len + more <= b->cap) return;
+  size_t cap = b->cap == 0 ? (size_t)1 << 16 : b->cap;
+  while (cap < b->len + more) cap *= 2;
+  uint8_t *q = map(cap);
+  if (q == NULL) {
+    b->failed = true;
+    return;
+  }
+  if (b->p != NULL) {
+    memcpy(q, b->p, b->len);
+    munmap(b->p, b->cap);
+  }
+  b->p = q;
+  b->cap = cap;
+}
+static void buf_free(buf_t *b) {
+  if (b->p != NULL) munmap(b->p, b->cap);
+  *b = (buf_t){0};
+}
+static void put_bytes(buf_t *b, const void *s, size_t n) {
+  buf_reserve(b, n);
+  if (b->failed) return;
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+}
+static void put_varint(buf_t *b, uint64_t v) {
+  uint8_t t[10];
+  size_t n = 0;
+  do {
+    t[n++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+    v >>= 7;
+  } while (v != 0);
+  put_bytes(b, t, n);
+}
+static void put_uint(buf_t *b, unsigned field, uint64_t v) { /* wire type 0 */
+  put_varint(b, (uint64_t)field << 3);
+  put_varint(b, v);
+}
+static void put_len(buf_t *b, unsigned field, const void *s, size_t n) { /* wire type 2 */
+  put_varint(b, (uint64_t)field << 3 | 2);
+  put_varint(b, n);
+  put_bytes(b, s, n);
+}
+/* A sub-message from a scratch buffer, which is emptied. */
+static void put_msg(buf_t *b, unsigned field, buf_t *m) {
+  put_len(b, field, m->p, m->len);
+  if (m->failed) b->failed = true;
+  m->len = 0;
+}
+
+/* The string table: fixed names first, then mapping file names. */
+enum { S_EMPTY, S_ALLOC_OBJECTS, S_COUNT, S_ALLOC_SPACE, S_BYTES, S_INUSE_OBJECTS, S_INUSE_SPACE, S_SPACE, S_FIXED };
+static const char *const fixed_strings[S_FIXED] = {"", "alloc_objects", "count", "alloc_space", "bytes",
+                                                   "inuse_objects", "inuse_space", "space"};
+
+static void put_value_type(buf_t *b, buf_t *m, unsigned field, unsigned type, unsigned unit) {
+  put_uint(m, 1, type);
+  put_uint(m, 2, unit);
+  put_msg(b, field, m);
+}
+
+/* The executable mappings of /proc/self/maps: Mapping messages (ids from
+ * 1), their file names appended to `strings` (one per mapping); returns the
+ * count. ranges[2 * i]: start, limit of mapping i + 1. */
+#define MAX_MAPPINGS 1024
+static uint64_t parse_hex(char **c) { /* (strtoull may not be signal-safe) */
+  uint64_t v = 0;
+  for (;; (*c)++) {
+    char x = **c;
+    unsigned d = x >= '0' && x <= '9' ? (unsigned)(x - '0') : x >= 'a' && x <= 'f' ? (unsigned)(x - 'a' + 10) : 16;
+    if (d == 16) return v;
+    v = v * 16 + d;
+  }
+}
+static unsigned read_mappings(buf_t *out, buf_t *m, buf_t *strings, uintptr_t *ranges) {
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char chunk[4096], line[4096 + 64];
+  size_t ll = 0;
+  unsigned count = 0;
+  ssize_t got;
+  while ((got = read(fd, chunk, sizeof chunk)) > 0) {
+    for (ssize_t i = 0; i < got; i++) {
+      if (chunk[i] != '\n') {
+        if (ll < sizeof line - 1) line[ll++] = chunk[i];
+        continue;
+      }
+      line[ll] = '\0';
+      ll = 0;
+      /* start-end perms offset dev inode path */
+      char *c = line;
+      uintptr_t lo = (uintptr_t)parse_hex(&c);
+      if (*c != '-') continue;
+      c++;
+      uintptr_t hi = (uintptr_t)parse_hex(&c);
+      while (*c == ' ') c++;
+      char perms[5] = {0};
+      for (int k = 0; k < 4 && *c != '\0'; k++) perms[k] = *c++;
+      while (*c == ' ') c++;
+      uint64_t off = parse_hex(&c);
+      for (int field = 0; field < 2; field++) { /* dev, inode */
+        while (*c == ' ') c++;
+        while (*c != ' ' && *c != '\0') c++;
+      }
+      while (*c == ' ') c++;
+      if (perms[2] != 'x' || *c != '/' || count == MAX_MAPPINGS) continue;
+      count++;
+      ranges[2 * (count - 1)] = lo;
+      ranges[2 * (count - 1) + 1] = hi;
+      put_uint(m, 1, count);
+      put_uint(m, 2, lo);
+      put_uint(m, 3, hi);
+      put_uint(m, 4, off);
+      put_uint(m, 5, S_FIXED + count - 1);
+      put_msg(out, 3, m);
+      put_len(strings, 6, c, strlen(c));
+    }
+  }
+  close(fd);
+  return count;
+}
+
+/* Location ids: one per distinct pc, in a hash built for the dump. */
+typedef struct {
+  uintptr_t pc;
+  uint64_t id;
+} loc_t;
+
+static uint64_t loc_id(loc_t *locs, size_t cap, uint64_t *next_id, uintptr_t pc, bool *fresh) {
+  size_t j = (size_t)((pc * 0x9e3779b97f4a7c15ULL) >> 17) & (cap - 1);
+  for (; locs[j].id != 0; j = (j + 1) & (cap - 1))
+    if (locs[j].pc == pc) {
+      *fresh = false;
+      return locs[j].id;
+    }
+  locs[j].pc = pc;
+  locs[j].id = (*next_id)++;
+  *fresh = true;
+  return locs[j].id;
+}
+
+static int64_t rounded(double v) { return v <= 0 ? 0 : (int64_t)(v + 0.5); }
+
+/* Functions named by dladdr (exported symbols: a stripped program's, which
+ * pprof cannot name itself); the rest pprof names from the files. */
+typedef struct {
+  uintptr_t addr; /* the symbol's; 0: empty */
+  uint64_t id;
+} fn_t;
+
+/* The function id of pc's exported symbol (0: none), its Function message
+ * written when new, its name appended to the string table. */
+static uint64_t function_of(uintptr_t pc, fn_t *fns, size_t cap, uint64_t *next_id, uint64_t *next_str, buf_t *out,
+                            buf_t *m, buf_t *strings) {
+  Dl_info info;
+  if (fns == NULL || dladdr((void *)pc, &info) == 0 || info.dli_sname == NULL || info.dli_saddr == NULL) return 0;
+  uintptr_t a = (uintptr_t)info.dli_saddr;
+  size_t j = (size_t)((a * 0x9e3779b97f4a7c15ULL) >> 17) & (cap - 1);
+  for (; fns[j].addr != 0; j = (j + 1) & (cap - 1))
+    if (fns[j].addr == a) return fns[j].id;
+  fns[j].addr = a;
+  fns[j].id = (*next_id)++;
+  uint64_t name = (*next_str)++;
+  put_len(strings, 6, info.dli_sname, strlen(info.dli_sname));
+  put_uint(m, 1, fns[j].id);
+  put_uint(m, 2, name);
+  put_uint(m, 3, name);
+  put_msg(out, 5, m);
+  return fns[j].id;
+}
+
+/* The whole Profile message into out (the lock held). symbolize: name
+ * exported functions with dladdr (not from the signal handler: it takes
+ * the loader's lock). */
+static void build_profile(buf_t *out, bool symbolize) {
+  buf_t m = {0}, packed = {0}, strings = {0};
+  static const unsigned types[4][2] = {
+      {S_ALLOC_OBJECTS, S_COUNT}, {S_ALLOC_SPACE, S_BYTES}, {S_INUSE_OBJECTS, S_COUNT}, {S_INUSE_SPACE, S_BYTES}};
+  for (int t = 0; t < 4; t++) put_value_type(out, &m, 1, types[t][0], types[t][1]);
+  static uintptr_t ranges[2 * MAX_MAPPINGS]; /* (the lock held) */
+  unsigned nmap = read_mappings(out, &m, &strings, ranges);
+  size_t frames = 0;
+  for (site_t *s = all_sites; s != NULL; s = s->all_next) frames += s->depth;
+  size_t cap = 64;
+  while (cap < frames * 2) cap *= 2;
+  loc_t *locs = map(cap * sizeof(loc_t));
+  fn_t *fns = symbolize ? map(cap * sizeof(fn_t)) : NULL;
+  if (locs == NULL) out->failed = true;
+  uint64_t next_id = 1, next_fn = 1, next_str = S_FIXED + nmap;
+  buf_t line = {0};
+  for (site_t *s = all_sites; s != NULL && locs != NULL; s = s->all_next) {
+    if (s->alloc_objects <= 0) continue;
+    for (uint32_t i = 0; i < s->depth; i++) {
+      /* a return address: the call is the instruction before it */
+      uintptr_t pc = s->pcs[i] - 1;
+      bool fresh;
+      uint64_t id = loc_id(locs, cap, &next_id, pc, &fresh);
+      put_varint(&packed, id);
+      if (!fresh) continue;
+      put_uint(&m, 1, id);
+      for (unsigned k = 0; k < nmap; k++)
+        if (pc >= ranges[2 * k] && pc < ranges[2 * k + 1]) {
+          put_uint(&m, 2, k + 1);
+          break;
+        }
+      put_uint(&m, 3, pc);
+      uint64_t fn = function_of(pc, fns, cap, &next_fn, &next_str, out, &line, &strings);
+      if (fn != 0) {
+        put_uint(&line, 1, fn);
+        put_msg(&m, 4, &line);
+      }
+      put_msg(out, 4, &m);
+    }
+    buf_t sample = {0};
+    put_len(&sample, 1, packed.p, packed.len);
+    packed.len = 0;
+    put_varint(&packed, (uint64_t)rounded(s->alloc_objects));
+    put_varint(&packed, (uint64_t)rounded(s->alloc_space));
+    put_varint(&packed, (uint64_t)rounded(s->inuse_objects));
+    put_varint(&packed, (uint64_t)rounded(s->inuse_space));
+    put_len(&sample, 2, packed.p, packed.len);
+    packed.len = 0;
+    put_msg(out, 2, &sample);
+    buf_free(&sample);
+  }
+  if (locs != NULL) munmap(locs, cap * sizeof(loc_t));
+  if (fns != NULL) munmap(fns, cap * sizeof(fn_t));
+  buf_free(&line);
+  for (int i = 0; i < S_FIXED; i++) put_len(out, 6, fixed_strings[i], strlen(fixed_strings[i]));
+  put_bytes(out, strings.p, strings.len);
+  if (strings.failed) out->failed = true;
+  uint64_t now = hm_now_ns();
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  put_uint(out, 9, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec); /* time_nanos */
+  put_uint(out, 10, now - start_ns);                                          /* duration_nanos */
+  put_value_type(out, &m, 11, S_SPACE, S_BYTES);                              /* period_type */
+  put_uint(out, 12, (uint64_t)rate);                                          /* period */
+  put_uint(out, 14, S_INUSE_SPACE);                                           /* default_sample_type */
+  buf_free(&m);
+  buf_free(&packed);
+  buf_free(&strings);
+}
+
+/* ---- gzip: one member of stored deflate blocks (no compressor here) ---- */
+
+static uint32_t crc_table[256];
+static void crc_init(void) {
+  for (uint32_t i = 0; i < 256; i++) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+    crc_table[i] = c;
+  }
+}
+static uint32_t crc32_of(const uint8_t *p, size_t n) {
+  uint32_t c = 0xffffffffu;
+  for (size_t i = 0; i < n; i++) c = crc_table[(c ^ p[i]) & 0xff] ^ (c >> 8);
+  return c ^ 0xffffffffu;
+}
+
+static bool write_all(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n > 0) {
+    ssize_t w = write(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    c += w;
+    n -= (size_t)w;
+  }
+  return true;
+}
+
+static bool write_gzip(int fd, const uint8_t *p, size_t n) {
+  static const uint8_t header[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
+  if (!write_all(fd, header, sizeof header)) return false;
+  size_t off = 0;
+  do {
+    size_t len = n - off > 65535 ? 65535 : n - off;
+    bool last = off + len == n;
+    uint8_t h[5] = {last ? 1 : 0, (uint8_t)len, (uint8_t)(len >> 8), (uint8_t)~len, (uint8_t)(~len >> 8)};
+    if (!write_all(fd, h, 5) || !write_all(fd, p + off, len)) return false;
+    off += len;
+  } while (off < n);
+  uint32_t crc = crc32_of(p, n), size = (uint32_t)n;
+  uint8_t t[8] = {(uint8_t)crc,  (uint8_t)(crc >> 8),  (uint8_t)(crc >> 16),  (uint8_t)(crc >> 24),
+                  (uint8_t)size, (uint8_t)(size >> 8), (uint8_t)(size >> 16), (uint8_t)(size >> 24)};
+  return write_all(fd, t, 8);
+}
+
+/* PATH with each %p replaced by the pid (and %% by %). */
+static bool expand_path(const char *path, char *out, size_t cap) {
+  size_t o = 0;
+  for (const char *c = path; *c != '\0'; c++) {
+    char num[24];
+    const char *ins = NULL;
+    char one[2] = {*c, 0};
+    if (c[0] == '%' && c[1] == 'p') {
+      hm_format_dec(num, (long)getpid());
+      ins = num;
+      c++;
+    } else if (c[0] == '%' && c[1] == '%') {
+      ins = "%";
+      c++;
+    } else {
+      ins = one;
+    }
+    size_t l = strlen(ins);
+    if (o + l >= cap) return false;
+    memcpy(out + o, ins, l);
+    o += l;
+  }
+  out[o] = '\0';
+  return true;
+}
+
+/* Build and write the profile (the lock held). 0, or -1 with errno. */
+static int dump_locked_err(const char *path, bool symbolize) {
+  char name[4096];
+  if (path == NULL || !expand_path(path, name, sizeof name)) {
+    errno = EINVAL;
+    return -1;
+  }
+  buf_t pb = {0};
+  build_profile(&pb, symbolize);
+  if (pb.failed) {
+    buf_free(&pb);
+    errno = ENOMEM;
+    return -1;
+  }
+  int fd = open(name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    int e = errno;
+    buf_free(&pb);
+    errno = e;
+    return -1;
+  }
+  bool ok = write_gzip(fd, pb.p, pb.len);
+  int e = errno;
+  close(fd);
+  buf_free(&pb);
+  if (!ok) {
+    errno = e;
+    return -1;
+  }
+  return 0;
+}
+static void dump_locked(const char *path, bool symbolize) {
+  int saved = errno;
+  (void)dump_locked_err(path, symbolize);
+  errno = saved;
+}
+
+int hak_profile_dump(const char *path) {
+  hm_ensure_init();
+  if (!prof_on) {
+    errno = ENOTSUP;
+    return -1;
+  }
+  prof_lock();
+  int r = dump_locked_err(path != NULL ? path : prof_path, true);
+  int e = errno;
+  prof_unlock();
+  errno = e;
+  return r;
+}
+
+/* SIGUSR2 (HAKMEM_PROFILE_SIGNAL=1): the dump at once if the lock is free,
+ * else by the lock's holder as it lets go (prof_unlock). Uses only open,
+ * read, write, close and private mappings. */
+static void on_sigusr2(int sig) {
+  (void)sig;
+  atomic_store(&dump_pending, 1);
+  if (!prof_trylock()) return;
+  atomic_store(&dump_pending, 0);
+  dump_locked(prof_path, false);
+  prof_unlock();
+}
+
+/* ---- the leak report (HAKMEM_LEAK_REPORT=1) ----------------------------- */
+
+static void write_hex(uintptr_t v) {
+  char out[19] = "0x";
+  int n = 0;
+  char t[16];
+  do {
+    t[n++] = "0123456789abcdef"[v & 15];
+    v >>= 4;
+  } while (v != 0);
+  for (int i = 0; i < n; i++) out[2 + i] = t[n - 1 - i];
+  out[2 + n] = '\0';
+  hm_write_str(out);
+}
+static void write_dec(long v) {
+  char t[24];
+  hm_format_dec(t, v);
+  hm_write_str(t);
+}
+
+#define LEAK_SITES_MAX 50
+static void leak_report(void) {
+  prof_lock();
+  size_t n = 0;
+  for (site_t *s = all_sites; s != NULL; s = s->all_next)
+    if (s->samples > 0) n++;
+  site_t **order = n != 0 ? map(n * sizeof *order) : NULL;
+  size_t k = 0;
+  double total = 0, total_objects = 0;
+  for (site_t *s = all_sites; s != NULL && order != NULL; s = s->all_next)
+    if (s->samples > 0) {
+      order[k++] = s;
+      total += s->inuse_space;
+      total_objects += s->inuse_objects;
+    }
+  for (size_t i = 1; i < k; i++) /* largest first */
+    for (size_t j = i; j > 0 && order[j]->inuse_space > order[j - 1]->inuse_space; j--) {
+      site_t *t = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = t;
+    }
+  hm_write_str("hakmem: leak report: ");
+  write_dec(rounded(total));
+  hm_write_str(" bytes in ");
+  write_dec(rounded(total_objects));
+  hm_write_str(" blocks still allocated at exit (estimated from sampled blocks; HAKMEM_PROFILE_RATE=");
+  write_dec((long)rate);
+  hm_write_str("), ");
+  write_dec((long)k);
+  hm_write_str(" call sites\n");
+  for (size_t i = 0; i < k && i < LEAK_SITES_MAX; i++) {
+    site_t *s = order[i];
+    hm_write_str("hakmem: leak: ");
+    write_dec(rounded(s->inuse_space));
+    hm_write_str(" bytes in ");
+    write_dec(rounded(s->inuse_objects));
+    hm_write_str(" blocks (");
+    write_dec(s->samples);
+    hm_write_str(s->samples == 1 ? " sample) allocated at:\n" : " samples) allocated at:\n");
+    for (uint32_t f = 0; f < s->depth; f++) {
+      Dl_info info;
+      uintptr_t pc = s->pcs[f];
+      hm_write_str("hakmem:   #");
+      write_dec((long)f);
+      hm_write_str(" ");
+      write_hex(pc);
+      if (dladdr((void *)(pc - 1), &info) != 0) {
+        if (info.dli_sname != NULL) {
+          hm_write_str(" ");
+          hm_write_str(info.dli_sname);
+          hm_write_str("+");
+          write_hex(pc - (uintptr_t)info.dli_saddr);
+        }
+        if (info.dli_fname != NULL) {
+          hm_write_str(" (");
+          hm_write_str(info.dli_fname);
+          hm_write_str("+");
+          write_hex(pc - (uintptr_t)info.dli_fbase);
+          hm_write_str(")");
+        }
+      }
+      hm_write_str("\n");
+    }
+  }
+  if (order != NULL) munmap(order, n * sizeof *order);
+  prof_unlock();
+}
+
+/* ---- start-up, exit, fork ----------------------------------------------- */
+
+void hm_prof_init(void) {
+  prof_path = hm_option_path(HM_OPT_PROFILE);
+  if (prof_path != NULL && *prof_path == '\0') prof_path = NULL;
+  if (prof_path == NULL && !hm_opt[HM_OPT_LEAK_REPORT]) return;
+  rate = (double)hm_opt[HM_OPT_PROFILE_RATE];
+  start_ns = hm_now_ns();
+  crc_init();
+  hm_stack_init();
+  prof_on = true;
+  hm_sampler_enable(HM_SAMPLER_PROFILE, (uint64_t)hm_opt[HM_OPT_PROFILE_RATE], true, prof_serve);
+  if (prof_path != NULL && hm_opt[HM_OPT_PROFILE_SIGNAL]) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigusr2;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR2, &sa, NULL);
+  }
+}
+
+/* At exit, after the program's own destructors (a library's destructor). */
+__attribute__((destructor)) static void prof_at_exit(void) {
+  if (!prof_on) return;
+  if (prof_path != NULL) {
+    prof_lock();
+    dump_locked(prof_path, true);
+    prof_unlock();
+  }
+  if (hm_opt[HM_OPT_LEAK_REPORT]) leak_report();
+}
+
+void hm_prof_fork_prepare(void) {
+  if (prof_on) prof_lock();
+}
+void hm_prof_fork_parent(void) {
+  if (prof_on) prof_unlock();
+}
+/* The child keeps profiling, into its own file when PATH has %p. */
+void hm_prof_fork_child(void) {
+  if (!prof_on) return;
+  hm_stack_fork_child();
+  atomic_store(&dump_pending, 0);
+  atomic_store_explicit(&prof_lock_word, 0, memory_order_release);
+}

@@ -1,0 +1,114 @@
+/* Sampling countdowns (sample.h): one per consumer and thread, exponential
+ * intervals so that every byte (or allocation) has the same chance of
+ * being the one sampled, whatever came before it. */
+#include "sample.h"
+
+#include "internal.h"
+
+bool hm_sample_active;
+bool hm_sampler_in_bytes[HM_SAMPLERS];
+hm_sample_serve_fn hm_sampler_serve[HM_SAMPLERS];
+static uint64_t sampler_mean[HM_SAMPLERS];
+static unsigned enabled_mask;
+/* (left: 0 until drawn; a consumer that is off stays at INT64_MAX once seen) */
+__thread struct hm_sample_tls hm_sample_tls __attribute__((tls_model("initial-exec")));
+
+void hm_sampler_enable(unsigned id, uint64_t mean, bool in_bytes, hm_sample_serve_fn serve) {
+  sampler_mean[id] = mean == 0 ? 1 : mean;
+  hm_sampler_in_bytes[id] = in_bytes;
+  hm_sampler_serve[id] = serve;
+  enabled_mask |= 1u << id;
+  hm_sample_active = true;
+}
+
+/* ln(x), x > 0: x = m * 2^e with m in [1, 2); ln m = 2 atanh((m-1)/(m+1)). */
+double hm_log(double x) {
+  union { double d; uint64_t u; } v = {.d = x};
+  int e = (int)((v.u >> 52) & 0x7ff) - 1023;
+  v.u = (v.u & ~((uint64_t)0x7ff << 52)) | ((uint64_t)1023 << 52);
+  double m = v.d;
+  if (m > 1.41421356237309505) { /* keep |s| small: m in [0.707, 1.414) */
+    m *= 0.5;
+    e++;
+  }
+  double s = (m - 1) / (m + 1), s2 = s * s, term = s, sum = 0;
+  for (int k = 1; k < 40; k += 2) {
+    sum += term / k;
+    term *= s2;
+  }
+  return e * 0.69314718055994531 + 2 * sum;
+}
+
+/* 1 - exp(-x), x >= 0, accurate for small x too (the series). */
+double hm_one_minus_exp_neg(double x) {
+  if (x < 1e-3) return x - x * x / 2 + x * x * x / 6;
+  if (x > 40) return 1.0;
+  /* exp(-x) = exp(-x / 2^k)^(2^k), the inner by its series */
+  int k = 0;
+  double y = x;
+  while (y > 0.125) {
+    y *= 0.5;
+    k++;
+  }
+  double t = 1, term = 1;
+  for (int i = 1; i < 20; i++) {
+    term *= -y / i;
+    t += term;
+  }
+  while (k-- > 0) t *= t;
+  return 1 - t;
+}
+
+/* An exponential draw of the given mean, at least 1. */
+static int64_t draw(uint64_t mean) {
+  double u = ((double)(hm_random_fast() >> 11) + 0.5) * (1.0 / 9007199254740992.0); /* (0, 1) */
+  double d = -hm_log(u) * (double)mean;
+  if (d < 1) return 1;
+  if (d > 4e18) return (int64_t)4e18;
+  return (int64_t)d + 1;
+}
+
+/* A countdown at 0 was never drawn (new thread): draw it, or park it at
+ * INT64_MAX if its consumer is off. */
+static void ensure_drawn(void) {
+  for (unsigned id = 0; id < HM_SAMPLERS; id++)
+    if (hm_sample_tls.left[id] == 0)
+      hm_sample_tls.left[id] = (enabled_mask & (1u << id)) ? draw(sampler_mean[id]) : INT64_MAX;
+}
+
+static inline int64_t unit(unsigned id, uint64_t size) { return hm_sampler_in_bytes[id] ? (int64_t)size : 1; }
+
+uint32_t hm_sample_list_slow(uint32_t count, uint32_t size) {
+  ensure_drawn();
+  uint32_t first = 0;
+  for (unsigned id = 0; id < HM_SAMPLERS; id++) {
+    if (!(enabled_mask & (1u << id))) {
+      hm_sample_tls.left[id] = INT64_MAX;
+      continue;
+    }
+    int64_t u = unit(id, size);
+    /* the k-th malloc brings the countdown to 0 or below: k = ceil(left / u) */
+    int64_t k = (hm_sample_tls.left[id] + u - 1) / u;
+    if (k < 1) k = 1;
+    if (k <= (int64_t)count && (first == 0 || k < first)) first = (uint32_t)k;
+  }
+  uint32_t charged = first == 0 ? count : first - 1;
+  for (unsigned id = 0; id < HM_SAMPLERS; id++)
+    if (enabled_mask & (1u << id)) hm_sample_tls.left[id] -= (int64_t)charged * unit(id, size);
+  return first;
+}
+
+unsigned hm_sample_fire(size_t size) {
+  ensure_drawn();
+  unsigned fired = 0;
+  for (unsigned id = 0; id < HM_SAMPLERS; id++) {
+    if (!(enabled_mask & (1u << id))) continue;
+    hm_sample_tls.left[id] -= unit(id, size);
+    if (hm_sample_tls.left[id] <= 0) {
+      fired |= 1u << id;
+      hm_sample_tls.left[id] = draw(sampler_mean[id]);
+    }
+  }
+  return fired;
+}
+

@@ -1,0 +1,118 @@
+/* Sampling decisions, shared by every consumer that wants one allocation
+ * now and then: the heap profiler (HAKMEM_PROFILE, a mean in bytes) and,
+ * later, the guarded pool (a mean in allocations). docs/DESIGN.md,
+ * "Sampling".
+ *
+ * Interface:
+ *  - hm_sampler_enable(id, mean, in_bytes, serve) at start-up: each
+ *    consumer has its own per-thread countdown, drawn from an exponential
+ *    distribution of the given mean (bytes, or allocations), and a serve
+ *    hook that allocates the sampled block itself (so that its free takes
+ *    a path the consumer sees: the fast paths never look for samples).
+ *  - The slab lane charges a whole free list at once when it installs one
+ *    (hm_sample_list: returns the position of the first sampled malloc in
+ *    it, where the heap cuts the list so that that malloc takes the slow
+ *    path), then calls hm_sample_fire there. Every other lane (big slab
+ *    classes, large blocks) calls hm_sample_one per allocation.
+ *  - While any consumer is on, hm_sample_active is set and the fast path
+ *    goes to the slow path instead of swapping local_free in itself, so
+ *    that every list handed out is charged (hm_slab_pop).
+ *  - Both return a mask of the consumers that fired (bit id). */
+#ifndef HAKMEM_SAMPLE_H
+#define HAKMEM_SAMPLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum { HM_SAMPLER_PROFILE = 0, HM_SAMPLER_GUARD = 1, HM_SAMPLERS = 2 };
+_Static_assert(HM_SAMPLERS == 2, "hm_sample_list tests each consumer by hand");
+
+/* Allocates the sampled block of n bytes (align 0: malloc's) for the
+ * consumers in `fired`; `charged`: the bytes the countdown was charged for
+ * it (the size class's block size), which weighs the sample. NULL: out of
+ * memory. */
+typedef void *(*hm_sample_serve_fn)(unsigned fired, size_t n, size_t align, size_t charged);
+
+__attribute__((visibility("hidden"))) extern bool hm_sample_active;
+
+/* Per thread: each consumer's countdown (INT64_MAX while it is off; 0
+ * until drawn), and the classes whose next slow-path malloc is the sampled
+ * one (the heap cut their list there). */
+struct hm_sample_tls {
+  int64_t left[HM_SAMPLERS];
+  uint64_t pending[2];
+  /* the program's call into malloc, while in hm_alloc_slow (0: unknown):
+   * its return address and stack position (hm_stack_capture_at) */
+  uintptr_t caller_ra, caller_cfa;
+};
+__attribute__((visibility("hidden"))) extern __thread struct hm_sample_tls hm_sample_tls
+    __attribute__((tls_model("initial-exec")));
+__attribute__((visibility("hidden"))) extern bool hm_sampler_in_bytes[HM_SAMPLERS];
+__attribute__((visibility("hidden"))) extern hm_sample_serve_fn hm_sampler_serve[HM_SAMPLERS];
+__attribute__((visibility("hidden"))) uint32_t hm_sample_list_slow(uint32_t count, uint32_t size);
+
+__attribute__((visibility("hidden"))) void hm_sampler_enable(unsigned id, uint64_t mean, bool in_bytes,
+                                                             hm_sample_serve_fn serve);
+/* A list of `count` blocks of `size` bytes is about to be handed out, one
+ * per malloc: the 1-based position of the first malloc to sample (0:
+ * none); the countdowns are charged up to, not including, that one. */
+static inline __attribute__((always_inline)) uint32_t hm_sample_list(uint32_t count, uint32_t size) {
+  struct hm_sample_tls *t = &hm_sample_tls;
+  int64_t u0 = hm_sampler_in_bytes[0] ? (int64_t)count * size : count;
+  int64_t u1 = hm_sampler_in_bytes[1] ? (int64_t)count * size : count;
+  if (__builtin_expect(t->left[0] > u0 && t->left[1] > u1, 1)) {
+    t->left[0] -= u0;
+    t->left[1] -= u1;
+    return 0;
+  }
+  return hm_sample_list_slow(count, size);
+}
+/* Would a sample fall within such a list? (Nothing charged.) */
+static inline __attribute__((always_inline)) bool hm_sample_peek(uint32_t count, uint32_t size) {
+  struct hm_sample_tls *t = &hm_sample_tls;
+  int64_t u0 = hm_sampler_in_bytes[0] ? (int64_t)count * size : count;
+  int64_t u1 = hm_sampler_in_bytes[1] ? (int64_t)count * size : count;
+  return !(t->left[0] > u0 && t->left[1] > u1);
+}
+/* count blocks charged by hm_sample_list will not be handed out after all. */
+static inline __attribute__((always_inline)) void hm_sample_uncharge(uint32_t count, uint32_t size) {
+  for (unsigned id = 0; id < HM_SAMPLERS; id++) {
+    int64_t *l = &hm_sample_tls.left[id];
+    if (*l < INT64_MAX / 2) *l += hm_sampler_in_bytes[id] ? (int64_t)count * size : count;
+  }
+}
+/* The malloc at the position hm_sample_list returned: charges it, redraws
+ * the countdowns that expired; the mask of those. */
+__attribute__((visibility("hidden"))) unsigned hm_sample_fire(size_t size);
+/* One allocation of `size` bytes outside the slab lists: the mask of the
+ * consumers that sample it (0 mostly). */
+static inline __attribute__((always_inline)) unsigned hm_sample_one(size_t size) {
+  return hm_sample_list(1, (uint32_t)(size > UINT32_MAX ? UINT32_MAX : size)) ? hm_sample_fire(size) : 0;
+}
+/* Serve a sampled allocation (the first serve hook among `fired`). */
+static inline __attribute__((always_inline)) void *hm_sample_serve(unsigned fired, size_t n, size_t align,
+                                                                   size_t charged) {
+  unsigned id = (unsigned)__builtin_ctz(fired);
+  return hm_sampler_serve[id](fired, n, align, charged);
+}
+
+static inline __attribute__((always_inline)) void hm_sample_set_pending(unsigned cls) {
+  hm_sample_tls.pending[cls / 64] |= (uint64_t)1 << (cls % 64);
+}
+static inline __attribute__((always_inline)) bool hm_sample_is_pending(unsigned cls) {
+  return (hm_sample_tls.pending[cls / 64] >> (cls % 64)) & 1;
+}
+static inline __attribute__((always_inline)) bool hm_sample_take_pending(unsigned cls) {
+  uint64_t bit = (uint64_t)1 << (cls % 64), *w = &hm_sample_tls.pending[cls / 64];
+  if (__builtin_expect(!(*w & bit), 1)) return false;
+  *w &= ~bit;
+  return true;
+}
+
+/* Natural logarithm and 1 - exp(-x), without libm (the draws; the
+ * weights, 1 / (1 - exp(-size / mean)), as pprof and tcmalloc use). */
+__attribute__((visibility("hidden"))) double hm_log(double x);
+__attribute__((visibility("hidden"))) double hm_one_minus_exp_neg(double x);
+
+#endif
