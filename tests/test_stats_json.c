@@ -189,6 +189,27 @@ int main(int argc, char **argv) {
         anon);
   CHECK(handed * 100 >= live * 95 && handed * 100 <= live * 105, "blocks %zu within 5%% of the live usable bytes %zu",
         handed, live);
+  /* the text report: the same breakdown, on a line of its own, adding up */
+  f = tmpfile();
+  CHECK(f != NULL, "tmpfile");
+  hak_stats_print(f);
+  rewind(f);
+  n = fread(json, 1, sizeof json - 1, f);
+  json[n] = '\0';
+  fclose(f);
+  const char *t = strstr(json, "\nresident explained: ");
+  CHECK(t != NULL, "no breakdown line in the text report:\n%s", json);
+  size_t v[6], ttotal = strtoull(t + 21, NULL, 10), tsum = 0;
+  const char *const names[6] = {"= blocks handed out ", "+ free in slabs in use ", "+ thread caches ", "+ unused ",
+                                "+ large cache ", "+ metadata "};
+  for (int k = 0; k < 6; k++) {
+    const char *p = strstr(t, names[k]);
+    CHECK(p != NULL && p < strchr(t + 1, '\n'), "no '%s' in the line: %s", names[k], t);
+    v[k] = strtoull(p + strlen(names[k]), NULL, 10);
+    tsum += v[k];
+  }
+  CHECK(tsum == ttotal, "the text line's parts add up: %zu != %zu", tsum, ttotal);
+  CHECK(ttotal * 100 >= anon * 95 && ttotal * 100 <= anon * 105, "text total %zu within 5%% of %zu", ttotal, anon);
   if (threads) pthread_barrier_wait(&done);
   printf("ok\n");
   return 0;
