@@ -208,6 +208,7 @@ void hm_stats_json_fd(int fd) {
   num(&j, "pid", (uint64_t)getpid());
   boolean(&j, "counters", st.counters != 0);
   boolean(&j, "force_libc", hm_force_libc != 0);
+  boolean(&j, "secure", HM_GUARD_SIZE != 0); /* secure build: no foreign caches, no packs */
   lanes(&j, &st);
   open_obj(&j, "large_blocks");
   num(&j, "live", st.large_blocks);

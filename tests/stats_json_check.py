@@ -53,7 +53,7 @@ def ints(obj, path=""):
 
 def check(doc, m, what):
     ints(doc)
-    for key in ("pid", "counters", "force_libc", "lanes", "large_blocks", "memory", "os_calls",
+    for key in ("pid", "counters", "force_libc", "secure", "lanes", "large_blocks", "memory", "os_calls",
                 "resident_by_place", "resident", "fast_counters"):
         if key not in doc:
             fail("%s: no %r in %s" % (what, key, sorted(doc)))
@@ -88,7 +88,7 @@ def check(doc, m, what):
         fail("%s: the total %d is not within 5%% of the anonymous Rss %d" % (what, total, anon))
     if abs(parts["blocks"] - live) > 0.02 * live:
         fail("%s: blocks %d not within 2%% of the live usable bytes %d" % (what, parts["blocks"], live))
-    if (r["thread_caches"]["foreign"] > 0) != what.endswith("threads"):
+    if (r["thread_caches"]["foreign"] > 0) != (what.endswith("threads") and not doc["secure"]):
         fail("%s: foreign caches %s" % (what, r["thread_caches"]))
     if doc["memory"]["committed"] < total - r["metadata"]["registry"]:
         fail("%s: more resident than committed: %s" % (what, doc["memory"]))
