@@ -85,6 +85,7 @@ HM_HIDDEN size_t hm_os_resident(const void *p, size_t len);
  * breakdown's thousands of ranges; and a bitmap of the resident pages of
  * [p, p + pages * HM_PAGE_SIZE), pages <= 512 (returns their count). */
 HM_HIDDEN int hm_os_pagemap_open(void);
+HM_HIDDEN size_t hm_os_rss_anon(void); /* the process's RssAnon, bytes; 0: unknown */
 HM_HIDDEN size_t hm_os_resident_fd(int fd, const void *p, size_t len);
 HM_HIDDEN size_t hm_os_resident_bits(int fd, const void *p, size_t pages, uint64_t *bits);
 

@@ -139,6 +139,24 @@ size_t hm_os_resident_bits(int fd, const void *p, size_t pages, uint64_t *bits) 
   return count;
 }
 
+/* The process's anonymous resident bytes (RssAnon in /proc/self/status),
+ * read into a stack buffer; 0 if unknown. */
+size_t hm_os_rss_anon(void) {
+  char buf[4096];
+  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char *p = strstr(buf, "\nRssAnon:");
+  if (p == NULL) return 0;
+  size_t kb = 0;
+  for (p += 10; *p == ' ' || *p == '\t'; p++) {}
+  for (; *p >= '0' && *p <= '9'; p++) kb = kb * 10 + (size_t)(*p - '0');
+  return kb << 10;
+}
+
 size_t hm_os_purged_bytes(void) { return atomic_load_explicit(&purged_total, memory_order_relaxed); }
 
 void hak_os_stats_get(struct hak_os_stats *out) {

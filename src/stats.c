@@ -128,6 +128,12 @@ static void explained_line(hm_line_t *o) {
     hm_line_dec(o, v[k], 0);
   }
   hm_line_put(o, labels[sizeof v / sizeof v[0]]);
+  size_t rss = hm_os_rss_anon();
+  if (rss != 0) {
+    hm_line_put(o, "process anonymous resident (RssAnon): ");
+    hm_line_dec(o, rss, 0);
+    hm_line_put(o, " bytes, hakmem's and the rest\n");
+  }
 }
 
 static void report(hm_line_t *o) {

@@ -120,6 +120,11 @@ static void explained(json_t *j) {
   num(j, "total", e.total);
   key(j, "measured_with");
   str(j, e.pagemap ? "pagemap" : "mincore");
+  size_t rss = hm_os_rss_anon(); /* the whole process's, for comparison: hakmem's and the rest */
+  if (rss != 0)
+    num(j, "process_rss_anon", rss);
+  else
+    null(j, "process_rss_anon");
   open_obj(j, "blocks");
   num(j, "bytes", e.blocks);
   num(j, "pool", e.blocks_pool);

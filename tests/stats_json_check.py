@@ -90,6 +90,9 @@ def check(doc, m, what):
         fail("%s: blocks %d not within 2%% of the live usable bytes %d" % (what, parts["blocks"], live))
     if (r["thread_caches"]["foreign"] > 0) != (what.endswith("threads") and not doc["secure"]):
         fail("%s: foreign caches %s" % (what, r["thread_caches"]))
+    rss = r["process_rss_anon"]
+    if rss is not None and not total <= rss * 1.01:
+        fail("%s: hakmem's resident total %d above the process's RssAnon %d" % (what, total, rss))
     if doc["memory"]["committed"] < total - r["metadata"]["registry"]:
         fail("%s: more resident than committed: %s" % (what, doc["memory"]))
 
