@@ -308,17 +308,17 @@ void hm_backend_ss_counts(struct hm_ss_counts *out) {
   out->large_maps = atomic_load_explicit(&n_large_maps, memory_order_relaxed);
 }
 
-/* Metadata (thread heaps, the cache and region arrays): bump allocation
- * from mapped chunks, never freed; heaps are recycled by heap.c and the
- * arrays only double, so this stays bounded. backend_lock held. */
-/* Each chunk starts with a line linking it to the others, so that the
- * resident breakdown finds them (hm_backend_meta_resident). */
+/* Each metadata chunk starts with a line linking it to the others, so
+ * that the resident breakdown finds them (hm_backend_meta_resident). */
 typedef struct meta_chunk {
   struct meta_chunk *next;
   size_t len;
 } meta_chunk_t;
 static meta_chunk_t *meta_chunks;
 
+/* Metadata (thread heaps, the cache and region arrays): bump allocation
+ * from mapped chunks, never freed; heaps are recycled by heap.c and the
+ * arrays only double, so this stays bounded. backend_lock held. */
 static void *meta_alloc_locked(size_t size) {
   static char *cur, *end;
   size = (size + 63) & ~(size_t)63;
