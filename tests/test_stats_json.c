@@ -196,6 +196,16 @@ int main(int argc, char **argv) {
   cached = 0; /* secure builds keep no foreign caches */
 #endif
   CHECK(cached ? foreign > 0 : foreign == 0, "foreign caches hold %zu bytes (threads: %d)", foreign, threads);
+  /* a FILE without a descriptor gets it through stdio */
+  {
+    static char mem[1 << 16];
+    FILE *m = fmemopen(mem, sizeof mem, "w");
+    CHECK(m != NULL, "fmemopen");
+    hak_stats_json(m);
+    fclose(m);
+    CHECK(mem[0] == '{' && strstr(mem, "\"resident\":{\"total\":") != NULL && strstr(mem, "}\n") != NULL,
+          "hak_stats_json into fmemopen: %.200s", mem);
+  }
   /* the text report: the same breakdown, on a line of its own, adding up */
   f = tmpfile();
   CHECK(f != NULL, "tmpfile");
