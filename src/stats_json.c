@@ -203,11 +203,12 @@ static void fast_counters(json_t *j, const struct hak_stats *st) {
   close_obj(j);
 }
 
-void hm_stats_json_fd(int fd) {
+/* To fd, or with f != NULL through f (a FILE without a descriptor). */
+static void write_json(FILE *f, int fd) {
   struct hak_stats st;
   hak_stats_get(&st);
   json_t j;
-  hm_line_init(&j.o, NULL, fd);
+  hm_line_init(&j.o, f, fd);
   j.first = true;
   open_obj(&j, NULL);
   num(&j, "pid", (uint64_t)getpid());
@@ -241,8 +242,18 @@ void hm_stats_json_fd(int fd) {
   hm_line_flush(&j.o);
 }
 
+void hm_stats_json_fd(int fd) { write_json(NULL, fd); }
+
+/* A FILE with no descriptor (fmemopen, open_memstream) is written through
+ * stdio, which may allocate there. */
 void hak_stats_json(FILE *f) {
   if (f == NULL) f = stderr;
   fflush(f);
-  hm_stats_json_fd(fileno(f));
+  int fd = fileno(f);
+  if (fd >= 0) {
+    write_json(NULL, fd);
+  } else {
+    write_json(f, 0);
+    fflush(f);
+  }
 }
