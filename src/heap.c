@@ -18,6 +18,7 @@
  * `pending` mask and raises the owner's `pending_hint`, which the owner
  * reads on its slow path. */
 #include <pthread.h>
+#include <unistd.h>
 
 #include "heap.h"
 #include "list.h"
@@ -1152,13 +1153,15 @@ void hm_ss_resident(superslab_t *ss, size_t res[NUM_KINDS + 1]) {
   unsigned kind = __atomic_load_n(&ss->kind, __ATOMIC_RELAXED);
   if (n > SS_MAX_SLABS) n = SS_MAX_SLABS;
   if (kind >= NUM_KINDS) return;
-  res[NUM_KINDS] += hm_os_resident(ss, SS_HEADER_SIZE);
+  int fd = hm_os_pagemap_open(); /* once for the 33 ranges */
+  res[NUM_KINDS] += hm_os_resident_fd(fd, ss, SS_HEADER_SIZE);
   for (unsigned i = 0; i < n; i++) {
     char *a = (char *)ss + ((size_t)i << shift) + (i == 0 ? SS_HEADER_SIZE : 0);
-    size_t r = hm_os_resident(a, (size_t)(((char *)ss + ((size_t)(i + 1) << shift)) - a));
+    size_t r = hm_os_resident_fd(fd, a, (size_t)(((char *)ss + ((size_t)(i + 1) << shift)) - a));
     bool used = __atomic_load_n(&ss->slabs[i].in_use, __ATOMIC_RELAXED) != SLAB_UNUSED;
     res[used ? kind : NUM_KINDS] += r;
   }
+  if (fd >= 0) close(fd);
 }
 
 /* Read while the owners run: relaxed loads, a snapshot good to a block. */
