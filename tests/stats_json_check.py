@@ -6,6 +6,7 @@ agrees within 5% with the anonymous Rss the program measured in
 usable bytes (every live block is written whole).
 
   stats_json_check.py TEST_STATS_JSON TEST_STATS_JSON_PLAIN LAUNCHER LIBHAKMEM_SO
+  stats_json_check.py TEST_STATS_JSON      (in-process only: the fast-counters build)
 
 The launcher finds the library relative to itself, as installed: it is
 run from a temporary tree of that shape.
@@ -93,12 +94,23 @@ def check(doc, m, what):
     rss = r["process_rss_anon"]
     if rss is not None and not total <= rss * 1.01:
         fail("%s: hakmem's resident total %d above the process's RssAnon %d" % (what, total, rss))
+    fc = doc["fast_counters"]
+    if (fc is not None) != doc["counters"]:
+        fail("%s: fast_counters %r with counters %r" % (what, fc, doc["counters"]))
+    if fc is not None:
+        if set(fc) != {"frees", "refills", "classes"} or len(fc["refills"]) != 7 or not fc["classes"]:
+            fail("%s: fast_counters %s" % (what, fc))
+        for c in fc["classes"]:
+            if c["live_blocks"] != max(0, c["mallocs"] - c["local_frees"] - c["remote_frees"]):
+                fail("%s: class %s" % (what, c))
+        if sum(c["remote_frees"] for c in fc["classes"]) != fc["frees"]["remote"]:
+            fail("%s: remote frees %s" % (what, fc["frees"]))
     if doc["memory"]["committed"] < total - r["metadata"]["registry"]:
         fail("%s: more resident than committed: %s" % (what, doc["memory"]))
 
 
 def main():
-    prog, plain, launcher_src, lib = sys.argv[1:5]
+    prog = sys.argv[1]
     for mode in ("single", "threads"):
         p = subprocess.run([prog, mode, "print"], capture_output=True, text=True)
         if p.returncode != 0:
@@ -107,6 +119,10 @@ def main():
         if line is None:
             fail("no JSON in:\n" + p.stdout)
         check(json.loads(line), measures(p.stdout), "hak_stats_json, " + mode)
+    if len(sys.argv) < 5:
+        print("ok")
+        return
+    plain, launcher_src, lib = sys.argv[2:5]
     tmp = tempfile.mkdtemp(prefix="hakmem-stats-json-")
     try:
         launcher = install_tree(tmp, launcher_src, lib)
