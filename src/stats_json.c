@@ -96,6 +96,33 @@ static void lanes(json_t *j, const struct hak_stats *st) {
   close_obj(j);
 }
 
+/* The text report's "given back" and "purger" lines, in bytes and ns. */
+static void given_back(json_t *j) {
+  size_t g[HM_GIVE_PATHS];
+  uint64_t cpu_ns;
+  hm_purge_given(g, &cpu_ns);
+  open_obj(j, "given_back");
+  num(j, "idle_background", g[HM_GIVE_IDLE_BG]);
+  num(j, "idle_slow_paths", g[HM_GIVE_IDLE_TICK]);
+  num(j, "rss_limit", g[HM_GIVE_LIMIT]);
+  num(j, "trim_collect", g[HM_GIVE_TRIM]);
+  num(j, "left_by_exiting_threads", g[HM_GIVE_EXIT]);
+  close_obj(j);
+  open_obj(j, "purger");
+  boolean(j, "running", hm_purge_bg_running());
+  if (hm_purge_bg_running())
+    num(j, "cpu_ns", cpu_ns);
+  else
+    null(j, "cpu_ns");
+  num(j, "rss_limit", hm_rss_limit); /* 0: none */
+  key(j, "rss_limit_source");
+  if (hm_rss_limit == 0)
+    hm_line_put(&j->o, "null");
+  else
+    str(j, hm_option_is_set(HM_OPT_RSS_LIMIT_MB) ? "HAKMEM_RSS_LIMIT_MB" : hm_cgroup_source());
+  close_obj(j);
+}
+
 /* The text report's "resident:" line, in bytes. */
 static void resident_by_place(json_t *j) {
   size_t ss[NUM_KINDS + 1] = {0}, large[3] = {0};
@@ -234,6 +261,7 @@ static void write_json(FILE *f, int fd) {
   num(&j, "mremap", st.os.mremap_calls);
   num(&j, "mmap_failures", st.os.mmap_failures);
   close_obj(&j);
+  given_back(&j);
   resident_by_place(&j);
   explained(&j);
   fast_counters(&j, &st);

@@ -55,7 +55,7 @@ def ints(obj, path=""):
 def check(doc, m, what):
     ints(doc)
     for key in ("pid", "counters", "force_libc", "secure", "lanes", "large_blocks", "memory", "os_calls",
-                "resident_by_place", "resident", "fast_counters"):
+                "given_back", "purger", "resident_by_place", "resident", "fast_counters"):
         if key not in doc:
             fail("%s: no %r in %s" % (what, key, sorted(doc)))
     for lane in ("direct", "pool", "large"):
