@@ -110,6 +110,11 @@ struct hak_stats {
 HAK_API void hak_stats_get(struct hak_stats *out);
 /* The report HAKMEM_STATS=1 prints at exit, to f (NULL: stderr). */
 HAK_API void hak_stats_print(FILE *f);
+/* The same figures as one JSON object on one line, with the resident
+ * memory explained (docs/USING.md, "Statistics"): written with write(2) to
+ * f's descriptor after fflush(f), without allocating (NULL: stderr; a FILE
+ * without a descriptor, such as fmemopen's, is written through stdio). */
+HAK_API void hak_stats_json(FILE *f);
 
 /* Every HAKMEM_* option, one line each: name, default, current value and
  * meaning, separated by tabs (what `hakmem options` shows). The options are

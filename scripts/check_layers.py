@@ -21,7 +21,7 @@ LAYERS = [
     ("policy", ["policy", "counters", "sample"]),
     ("SuperSlabs", ["slabpurge", "backend"]),
     ("lanes", ["heap", "big", "pack", "large"]),
-    ("services", ["misuse", "purge", "stats", "prof"]),
+    ("services", ["misuse", "purge", "stats", "prof", "explain", "stats_json"]),
     ("API", ["alloc", "override", "new_delete", "fork", "init"]),
 ]
 ALLOWED_UP = {"hm_init_slow", "hm_init_state", "hak_debug_build"}

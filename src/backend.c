@@ -308,6 +308,14 @@ void hm_backend_ss_counts(struct hm_ss_counts *out) {
   out->large_maps = atomic_load_explicit(&n_large_maps, memory_order_relaxed);
 }
 
+/* Each metadata chunk starts with a line linking it to the others, so
+ * that the resident breakdown finds them (hm_backend_meta_resident). */
+typedef struct meta_chunk {
+  struct meta_chunk *next;
+  size_t len;
+} meta_chunk_t;
+static meta_chunk_t *meta_chunks;
+
 /* Metadata (thread heaps, the cache and region arrays): bump allocation
  * from mapped chunks, never freed; heaps are recycled by heap.c and the
  * arrays only double, so this stays bounded. backend_lock held. */
@@ -315,10 +323,15 @@ static void *meta_alloc_locked(size_t size) {
   static char *cur, *end;
   size = (size + 63) & ~(size_t)63;
   if ((size_t)(end - cur) < size) {
-    size_t chunk = size > ((size_t)64 << 10) ? size : ((size_t)64 << 10);
+    size_t chunk = size + 64 > ((size_t)64 << 10) ? (size + 64 + HM_PAGE_SIZE - 1) & ~(size_t)(HM_PAGE_SIZE - 1)
+                                                   : ((size_t)64 << 10);
     char *p = os_map_retry(chunk, true);
     if (p == NULL) return NULL;
-    cur = p;
+    meta_chunk_t *m = (meta_chunk_t *)p;
+    m->next = meta_chunks;
+    m->len = chunk;
+    meta_chunks = m;
+    cur = p + 64;
     end = p + chunk;
   }
   void *r = cur;
@@ -355,6 +368,21 @@ size_t hm_backend_cached_resident_now(void) {
   pthread_mutex_lock(&backend_lock);
   size_t bytes = 0;
   for (size_t i = 0; i < cache_n; i++) bytes += hm_os_resident(cache[i].ss, SS_SIZE);
+  pthread_mutex_unlock(&backend_lock);
+  return bytes;
+}
+
+size_t hm_backend_meta_resident(int fd) {
+  size_t bytes = 0;
+  pthread_mutex_lock(&backend_lock);
+  for (meta_chunk_t *m = meta_chunks; m != NULL; m = m->next) bytes += hm_os_resident_fd(fd, m, m->len);
+  pthread_mutex_unlock(&backend_lock);
+  return bytes;
+}
+
+size_t hm_backend_reserve_resident(int fd) {
+  pthread_mutex_lock(&backend_lock);
+  size_t bytes = region_cur != region_end ? hm_os_resident_fd(fd, region_cur, (size_t)(region_end - region_cur)) : 0;
   pthread_mutex_unlock(&backend_lock);
   return bytes;
 }

@@ -18,6 +18,7 @@
  * `pending` mask and raises the owner's `pending_hint`, which the owner
  * reads on its slow path. */
 #include <pthread.h>
+#include <unistd.h>
 
 #include "heap.h"
 #include "list.h"
@@ -37,6 +38,7 @@ __thread heap_t *hm_tls_heap __attribute__((tls_model("initial-exec"))) = &hm_em
 __thread uintptr_t hm_tls_free_id __attribute__((tls_model("initial-exec"))) = (uintptr_t)&hm_empty_heap;
 
 static pthread_mutex_t heap_lock = PTHREAD_MUTEX_INITIALIZER; /* pool and abandoned lists */
+static heap_t *all_heaps; /* every heap made (heap_lock; heaps are recycled, never freed) */
 static heap_t *heap_pool;                  /* heaps of exited threads, for reuse */
 static superslab_t *abandoned[NUM_KINDS];  /* SuperSlabs of exited threads */
 static pthread_key_t heap_key;             /* its destructor runs at thread exit */
@@ -748,6 +750,10 @@ static heap_t *heap_for_thread(void) {
   pthread_mutex_unlock(&heap_lock);
   if (h == NULL) {
     if ((h = hm_meta_alloc(sizeof(heap_t))) == NULL) return NULL;
+    pthread_mutex_lock(&heap_lock);
+    h->all_next = all_heaps;
+    all_heaps = h;
+    pthread_mutex_unlock(&heap_lock);
 #if HM_FAST_COUNTERS
     hm_stats_heap_new(h);
 #endif
@@ -1268,11 +1274,46 @@ void hm_ss_resident(superslab_t *ss, size_t res[NUM_KINDS + 1]) {
   unsigned kind = __atomic_load_n(&ss->kind, __ATOMIC_RELAXED);
   if (n > SS_MAX_SLABS) n = SS_MAX_SLABS;
   if (kind >= NUM_KINDS) return;
-  res[NUM_KINDS] += hm_os_resident(ss, SS_HEADER_SIZE);
+  int fd = hm_os_pagemap_open(); /* once for the 33 ranges */
+  res[NUM_KINDS] += hm_os_resident_fd(fd, ss, SS_HEADER_SIZE);
   for (unsigned i = 0; i < n; i++) {
     char *a = (char *)ss + ((size_t)i << shift) + (i == 0 ? SS_HEADER_SIZE : 0);
-    size_t r = hm_os_resident(a, (size_t)(((char *)ss + ((size_t)(i + 1) << shift)) - a));
+    size_t r = hm_os_resident_fd(fd, a, (size_t)(((char *)ss + ((size_t)(i + 1) << shift)) - a));
     bool used = __atomic_load_n(&ss->slabs[i].in_use, __ATOMIC_RELAXED) != SLAB_UNUSED;
     res[used ? kind : NUM_KINDS] += r;
   }
+  if (fd >= 0) close(fd);
+}
+
+/* Read while the owners run: relaxed loads, a snapshot good to a block. */
+size_t hm_heap_foreign_bytes(size_t *heaps) {
+  size_t bytes = 0, n = 0;
+  pthread_mutex_lock(&heap_lock);
+  for (heap_t *h = all_heaps; h != NULL; h = h->all_next, n++) {
+    for (unsigned c = 0; c < NUM_CLASSES; c++) {
+      const slab_t *f = &h->foreign[c];
+      unsigned cap = __atomic_load_n(&f->capacity, __ATOMIC_RELAXED), used = __atomic_load_n(&f->used, __ATOMIC_RELAXED);
+      if (cap + 1 > used) bytes += (size_t)(cap + 1 - used) * hm_class_size[c]; /* used: room left + 1 */
+    }
+  }
+  pthread_mutex_unlock(&heap_lock);
+  *heaps = n;
+  return bytes;
+}
+
+/* Blocks on s's remote list (counted as used until the owner takes them):
+ * a walk that reads only block boundaries of s's carved range, at most
+ * `carved` steps, so that a list the owner takes and hands out meanwhile
+ * gives a wrong count but no stray read. SuperSlab held by the caller
+ * (hm_backend_walk_ss). */
+size_t hm_slab_remote_count(const slab_t *s) {
+  uintptr_t start = (uintptr_t)hm_ss_of(s) + __atomic_load_n(&s->start_off, __ATOMIC_RELAXED);
+  size_t bs = __atomic_load_n(&s->block_size, __ATOMIC_RELAXED), carved = __atomic_load_n(&s->carved, __ATOMIC_RELAXED);
+  uintptr_t b = atomic_load_explicit(hm_slab_remote(s), memory_order_acquire) & ~REMOTE_NOTIFY;
+  size_t n = 0;
+  while (b != 0 && n < carved && bs != 0 && b >= start && b < start + carved * bs && (b - start) % bs == 0) {
+    n++;
+    b = (uintptr_t)hm_next_decode(s, (const block_t *)b);
+  }
+  return n;
 }

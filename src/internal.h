@@ -83,6 +83,13 @@ HM_HIDDEN size_t hm_os_committed(void);        /* mapped now */
 HM_HIDDEN size_t hm_os_purged_now(void);       /* given back and not reused */
 /* Bytes resident in [p, p+len) (pagemap, else mincore): the report's breakdown. */
 HM_HIDDEN size_t hm_os_resident(const void *p, size_t len);
+/* The same with /proc/self/pagemap opened once (fd < 0: mincore), for the
+ * breakdown's thousands of ranges; and a bitmap of the resident pages of
+ * [p, p + pages * HM_PAGE_SIZE), pages <= 512 (returns their count). */
+HM_HIDDEN int hm_os_pagemap_open(void);
+HM_HIDDEN size_t hm_os_rss_anon(void); /* the process's RssAnon, bytes; 0: unknown */
+HM_HIDDEN size_t hm_os_resident_fd(int fd, const void *p, size_t len);
+HM_HIDDEN size_t hm_os_resident_bits(int fd, const void *p, size_t pages, uint64_t *bits);
 
 /* ==== 2 blocks =========================================================== */
 
@@ -219,6 +226,10 @@ HM_HIDDEN size_t hm_backend_cached_bytes(void);
 HM_HIDDEN size_t hm_backend_cached_resident_now(void);
 struct hm_ss_counts { size_t ss_alloc, ss_free, fallback_mmap, large_maps; };
 HM_HIDDEN void hm_backend_ss_counts(struct hm_ss_counts *out);
+/* The resident breakdown (explain.c): metadata chunks (heaps, tables,
+ * descriptor leaves), and the uncarved rest of the last reservation. */
+HM_HIDDEN size_t hm_backend_meta_resident(int fd);
+HM_HIDDEN size_t hm_backend_reserve_resident(int fd);
 HM_HIDDEN void hm_backend_fork_prepare(void);
 HM_HIDDEN void hm_backend_fork_parent(void);
 HM_HIDDEN void hm_backend_fork_child(void);
@@ -254,6 +265,10 @@ HM_HIDDEN void hm_heap_fork_child(void);
  * (res[NUM_KINDS], header included). */
 HM_HIDDEN void hm_ss_in_use(superslab_t *ss, size_t in_use[2]);
 HM_HIDDEN void hm_ss_resident(superslab_t *ss, size_t res[NUM_KINDS + 1]);
+/* The resident breakdown: bytes of the blocks in every thread's foreign
+ * caches (counted as used in their slabs); *heaps: thread heaps made. */
+HM_HIDDEN size_t hm_heap_foreign_bytes(size_t *heaps);
+HM_HIDDEN size_t hm_slab_remote_count(const slab_t *s); /* blocks on s's remote list */
 
 /* big.c: malloc of the classes of big slabs (above MEDIUM_MAX): the lowest
  * free block first, and free blocks left idle given back */
@@ -281,6 +296,9 @@ HM_HIDDEN size_t hm_pack_release(void);                  /* malloc_trim: all fre
 HM_HIDDEN size_t hm_pack_clean(void);                    /* free pages not resident, bytes */
 HM_HIDDEN size_t hm_pack_free_dirty(void);               /* free pages that may be resident, bytes */
 HM_HIDDEN void hm_pack_resident(size_t *res);            /* the report: packs' resident bytes */
+/* The breakdown: resident pages of the packs in blocks (res[0]), free
+ * (res[1]), headers (res[2]), in bytes. */
+HM_HIDDEN void hm_pack_explain(int fd, size_t res[3]);
 HM_HIDDEN void hm_pack_fork_prepare(void);
 HM_HIDDEN void hm_pack_fork_parent(void);
 HM_HIDDEN void hm_pack_fork_child(void);
@@ -316,6 +334,9 @@ HM_HIDDEN size_t hm_large_cached_dirty(void); /* cached spans and packs' free pa
 /* The report: resident bytes of the spans in use (res[0]) and cached
  * (res[1]) and of the packs (res[2]). */
 HM_HIDDEN void hm_large_resident(size_t res[3]);
+/* The breakdown: resident bytes of spans in use (res[0]) and cached
+ * (res[1]), then hm_pack_explain's three figures (res[2..4]). */
+HM_HIDDEN void hm_large_explain(int fd, size_t res[5]);
 
 /* ==== 6 services ========================================================= */
 
@@ -351,6 +372,26 @@ HM_HIDDEN bool hm_prof_freed(void *p); /* a large block freed: true if it was a 
 HM_HIDDEN void hm_prof_fork_prepare(void);
 HM_HIDDEN void hm_prof_fork_parent(void);
 HM_HIDDEN void hm_prof_fork_child(void);
+
+/* explain.c: hakmem's resident memory explained, every part read from
+ * pagemap over the ranges hakmem maps, so that the parts add up to the
+ * total (docs/USING.md, "Statistics"). */
+struct hm_explain {
+  size_t total;                          /* = the six parts below */
+  size_t blocks, free_in_slabs, thread_caches, unused, large_cache, metadata;
+  size_t blocks_pool, blocks_large;      /* blocks */
+  size_t foreign, empty_slabs;           /* thread_caches */
+  size_t unused_slabs, unused_superslabs, unused_reserve, unused_packs; /* unused */
+  size_t meta_headers, meta_packs, meta_chunks, meta_registry;          /* metadata */
+  size_t heaps;                          /* thread heaps made */
+  bool pagemap;                          /* false: mincore (shared zero pages count) */
+};
+HM_HIDDEN void hm_explain(struct hm_explain *e);
+
+/* stats_json.c: the report as one JSON object, to fd (hak_stats_json,
+ * HAKMEM_STATS=json at exit). */
+HM_HIDDEN void hm_stats_json_fd(int fd);
+enum { HM_STATS_OFF = 0, HM_STATS_TEXT = 1, HM_STATS_JSON = 2 }; /* HAKMEM_STATS choices */
 
 /* ==== 8 API ============================================================== */
 

@@ -1045,6 +1045,19 @@ size_t hm_large_cached_dirty(void) {
   size_t clean = atomic_load_explicit(&cache_clean, memory_order_relaxed);
   return (all > clean ? all - clean : 0) + hm_pack_free_dirty();
 }
+
+void hm_large_explain(int fd, size_t res[5]) {
+  pthread_mutex_lock(&large_lock);
+  for (size_t d = 0; d < DIR_SIZE; d++) {
+    span_t *leaf = atomic_load_explicit(&dir[d], memory_order_acquire);
+    for (size_t i = 0; leaf != NULL && i <= LEAF_MASK; i++)
+      if (leaf[i].state != SPAN_NONE && !packed(leaf[i].base))
+        res[leaf[i].state == SPAN_USED ? 0 : 1] += hm_os_resident_fd(fd, leaf[i].base, leaf[i].len);
+  }
+  pthread_mutex_unlock(&large_lock);
+  hm_pack_explain(fd, &res[2]);
+}
+
 size_t hm_large_cached_clean(void) { return atomic_load_explicit(&cache_clean, memory_order_relaxed) + hm_pack_clean(); }
 
 size_t hm_large_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due) {

@@ -90,9 +90,19 @@ void *hm_os_remap(void *p, size_t old_len, size_t new_len, bool may_move) {
  * and this does not. mincore if pagemap cannot be read. Opened per call, so
  * that no descriptor of ours outlives the report. */
 size_t hm_os_resident(const void *p, size_t len) {
+  int fd = hm_os_pagemap_open();
+  size_t r = hm_os_resident_fd(fd, p, len);
+  if (fd >= 0) close(fd);
+  return r;
+}
+
+int hm_os_pagemap_open(void) { return open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC); }
+
+/* hm_os_resident with pagemap open already (fd < 0: mincore): the
+ * breakdown of the resident memory reads thousands of ranges. */
+size_t hm_os_resident_fd(int fd, const void *p, size_t len) {
   enum { CHUNK = 512 };
   size_t pages = 0;
-  int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
   for (size_t off = 0; off < len; off += (size_t)CHUNK * HM_PAGE_SIZE) {
     size_t n = (len - off + HM_PAGE_SIZE - 1) / HM_PAGE_SIZE;
     if (n > CHUNK) n = CHUNK;
@@ -109,8 +119,42 @@ size_t hm_os_resident(const void *p, size_t len) {
     if (mincore((void *)a, n * HM_PAGE_SIZE, vec) != 0) continue;
     for (size_t i = 0; i < n; i++) pages += vec[i] & 1u;
   }
-  if (fd >= 0) close(fd);
   return pages * HM_PAGE_SIZE;
+}
+
+size_t hm_os_resident_bits(int fd, const void *p, size_t pages, uint64_t *bits) {
+  enum { CHUNK = 512 };
+  size_t n = pages < CHUNK ? pages : CHUNK, count = 0;
+  memset(bits, 0, (n + 63) / 64 * sizeof *bits);
+  uint64_t ent[CHUNK];
+  unsigned char vec[CHUNK];
+  bool pm = fd >= 0 && pread(fd, ent, n * sizeof ent[0], (off_t)((uintptr_t)p / HM_PAGE_SIZE * sizeof ent[0])) ==
+                           (ssize_t)(n * sizeof ent[0]);
+  if (!pm && mincore((void *)p, n * HM_PAGE_SIZE, vec) != 0) return 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned r = pm ? (unsigned)((ent[i] >> 63) & (ent[i] >> 56) & 1u) : (vec[i] & 1u);
+    bits[i / 64] |= (uint64_t)r << (i % 64);
+    count += r;
+  }
+  return count;
+}
+
+/* The process's anonymous resident bytes (RssAnon in /proc/self/status),
+ * read into a stack buffer; 0 if unknown. */
+size_t hm_os_rss_anon(void) {
+  char buf[4096];
+  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char *p = strstr(buf, "\nRssAnon:");
+  if (p == NULL) return 0;
+  size_t kb = 0;
+  for (p += 10; *p == ' ' || *p == '\t'; p++) {}
+  for (; *p >= '0' && *p <= '9'; p++) kb = kb * 10 + (size_t)(*p - '0');
+  return kb << 10;
 }
 
 size_t hm_os_purged_bytes(void) { return atomic_load_explicit(&purged_total, memory_order_relaxed); }

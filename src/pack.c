@@ -624,6 +624,21 @@ void hm_pack_resident(size_t *res) {
   pthread_mutex_unlock(&pack_lock);
 }
 
+void hm_pack_explain(int fd, size_t res[3]) {
+  pthread_mutex_lock(&pack_lock);
+  for (unsigned i = 0; i < npacks; i++) {
+    uint64_t r[PACK_WORDS];
+    hm_os_resident_bits(fd, packs[i], PACK_PAGES, r);
+    res[2] += (r[0] & 1u) * HM_PAGE_SIZE;
+    r[0] &= ~(uint64_t)1;
+    for (unsigned w = 0; w < PACK_WORDS; w++) {
+      res[0] += (size_t)__builtin_popcountll(r[w] & packs[i]->used[w]) * HM_PAGE_SIZE;
+      res[1] += (size_t)__builtin_popcountll(r[w] & ~packs[i]->used[w]) * HM_PAGE_SIZE;
+    }
+  }
+  pthread_mutex_unlock(&pack_lock);
+}
+
 void hm_pack_fork_prepare(void) { pthread_mutex_lock(&pack_lock); }
 void hm_pack_fork_parent(void) { pthread_mutex_unlock(&pack_lock); }
 void hm_pack_fork_child(void) { pthread_mutex_init(&pack_lock, NULL); }
@@ -646,6 +661,7 @@ size_t hm_pack_release(void) { return 0; }
 size_t hm_pack_clean(void) { return 0; }
 size_t hm_pack_free_dirty(void) { return 0; }
 void hm_pack_resident(size_t *res) { (void)res; }
+void hm_pack_explain(int fd, size_t res[3]) { (void)fd, (void)res; }
 void hm_pack_fork_prepare(void) {}
 void hm_pack_fork_parent(void) {}
 void hm_pack_fork_child(void) {}

@@ -108,6 +108,34 @@ static void resident_line(hm_line_t *o) {
   hm_line_put(o, "\n");
 }
 
+/* The resident memory explained (explain.c), in bytes: the parts add up
+ * to the total. */
+static void explained_line(hm_line_t *o) {
+  struct hm_explain e;
+  hm_explain(&e);
+  const char *const labels[] = {"resident explained: ", " bytes = blocks handed out ", " (pool ", ", large ",
+                                ") + free in slabs in use ", " + thread caches ", " (foreign ", ", empty slabs ",
+                                ") + unused ", " (slabs ", ", empty SuperSlabs ", ", reservation ", ", packs ",
+                                ") + large cache ", " + metadata ", " (SuperSlab headers ", ", pack headers ",
+                                ", heaps and tables ", ", registry ", ")\n"};
+  const size_t v[] = {e.total, e.blocks, e.blocks_pool, e.blocks_large, e.free_in_slabs, e.thread_caches,
+                      e.foreign, e.empty_slabs, e.unused, e.unused_slabs, e.unused_superslabs, e.unused_reserve,
+                      e.unused_packs, e.large_cache, e.metadata, e.meta_headers, e.meta_packs, e.meta_chunks,
+                      e.meta_registry};
+  _Static_assert(sizeof labels / sizeof labels[0] == sizeof v / sizeof v[0] + 1, "a label before each figure");
+  for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
+    hm_line_put(o, labels[k]);
+    hm_line_dec(o, v[k], 0);
+  }
+  hm_line_put(o, labels[sizeof v / sizeof v[0]]);
+  size_t rss = hm_os_rss_anon();
+  if (rss != 0) {
+    hm_line_put(o, "process anonymous resident (RssAnon): ");
+    hm_line_dec(o, rss, 0);
+    hm_line_put(o, " bytes, hakmem's and the rest\n");
+  }
+}
+
 static void report(hm_line_t *o) {
   struct hak_stats st;
   hak_stats_get(&st);
@@ -168,6 +196,7 @@ static void report(hm_line_t *o) {
   hm_line_put(o, "\n");
   given_line(o);
   resident_line(o);
+  explained_line(o);
   if (st.counters) {
     static const char *const src[HAK_REFILL_SOURCES] = {"carve", "local_free swap", "remote drain", "listed slab",
                                                         "unused slab", "adopted SuperSlab", "new SuperSlab"};
@@ -239,9 +268,14 @@ __attribute__((destructor)) static void print_os_stats(void) {
 }
 
 /* HAKMEM_STATS=1: the report at exit, after the program's atexit handlers
- * and destructors (ours is a destructor of the library, run late). */
+ * and destructors (ours is a destructor of the library, run late);
+ * HAKMEM_STATS=json: the same as JSON (stats_json.c). */
 __attribute__((destructor)) static void report_at_exit(void) {
   if (atomic_load_explicit(&hm_init_state, memory_order_acquire) != 2 || !hm_opt[HM_OPT_STATS]) return;
+  if (hm_opt[HM_OPT_STATS] == HM_STATS_JSON) {
+    hm_stats_json_fd(2);
+    return;
+  }
   hm_line_t o;
   hm_line_init(&o, NULL, 2);
   report(&o);

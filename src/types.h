@@ -383,6 +383,7 @@ typedef struct heap {
   uint32_t big_looks;              /* looks so far: the stamp in free blocks */
   uint64_t big_due_ns;             /* next look; 0: not started */
   struct heap *next_free;          /* heap pool */
+  struct heap *all_next;           /* every heap ever made (the resident breakdown's foreign caches) */
 #if HM_FAST_COUNTERS
   hm_heap_stats_t stats;
   struct heap *stats_next;         /* every heap ever made, for the report */

@@ -125,7 +125,7 @@ int main(int argc, char **argv) {
   expect_bad("HAKMEM_FORCE_LIBC_ALLOC=1x",
              "hakmem: warning: ignoring HAKMEM_FORCE_LIBC_ALLOC=1x (must be 0 or 1); using the default\n",
              "hakmem\n");
-  expect_bad("HAKMEM_STATS=on", "hakmem: warning: ignoring HAKMEM_STATS=on (must be 0 or 1); using the default\n",
+  expect_bad("HAKMEM_STATS=on", "hakmem: warning: ignoring HAKMEM_STATS=on (must be one of 0|1|json); using the default\n",
              "hakmem\n");
   /* an empty value is no value: silently the default */
   expect_bad("HAKMEM_FORCE_LIBC_ALLOC=", "", "hakmem\n");
@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
     const char *vars[] = {"HAKMEM_VERBOSE=1", "HAKMEM_FORCE_LIBC_ALLOC=1", "HAKMEM_STATS=bad", NULL};
     struct run r;
     run_child(&r, vars);
-    const char *warn = "hakmem: warning: ignoring HAKMEM_STATS=bad (must be 0 or 1); using the default\n";
+    const char *warn = "hakmem: warning: ignoring HAKMEM_STATS=bad (must be one of 0|1|json); using the default\n";
     CHECK(strstr(r.err, warn) != NULL, "no warning for HAKMEM_STATS=bad in:\n%s", r.err);
     CHECK(strstr(r.err, "hakmem: configuration (statistics counters ") != NULL, "no header in:\n%s", r.err);
     CHECK(strstr(r.err, "\nhakmem:   HAKMEM_VERBOSE=1 (from the environment)\n") != NULL, "VERBOSE line:\n%s", r.err);
@@ -158,6 +158,15 @@ int main(int argc, char **argv) {
     }
     CHECK(strcmp(r.out, "libc\n") == 0, "HAKMEM_FORCE_LIBC_ALLOC=1 not applied: %s", r.out);
     printf("  HAKMEM_VERBOSE=1                     -> %d options printed at start-up\n", n);
+  }
+  {
+    /* a CHOICE shows its name: HAKMEM_STATS=json (0|1|json) */
+    const char *vars[] = {"HAKMEM_VERBOSE=1", "HAKMEM_STATS=json", NULL};
+    struct run r;
+    run_child(&r, vars);
+    CHECK(strstr(r.err, "\nhakmem:   HAKMEM_STATS=json (from the environment)\n") != NULL, "STATS=json line:\n%s",
+          r.err);
+    CHECK(strstr(r.err, "warning") == NULL, "HAKMEM_STATS=json refused:\n%s", r.err);
   }
   printf("options: OK\n");
   return 0;
