@@ -616,7 +616,7 @@ static void *fail(const char *reason, size_t n, size_t align, int err) {
   if (hm_opt[HM_OPT_LARGE_TRACE]) {
     hm_line_t o;
     hm_line_init(&o, NULL, 2);
-    hm_line_put(&o, "hakmem: ace: "); /* (the prefix programs match: kept from the lane's former name) */
+    hm_line_put(&o, "hakmem: large: ");
     hm_line_put(&o, reason);
     hm_line_put(&o, " size=");
     hm_line_dec(&o, n, 0);

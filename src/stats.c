@@ -50,7 +50,7 @@ static void put_left(hm_line_t *o, const char *s, size_t width) {
 
 /* The row labels predate the glossary's names (direct sizes, the rest of
  * the pool); programs parse them, so they stay. */
-static const char *const lane_names[HM_LANES] = {"tiny (<=1 KiB)", "mid (<=256 KiB)", "large"};
+static const char *const lane_names[HM_LANES] = {"direct (<=1 KiB)", "pool (<=256 KiB)", "large"};
 
 static void put_mib(hm_line_t *o, const char *label, size_t bytes) {
   hm_line_put(o, label);

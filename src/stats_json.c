@@ -70,7 +70,7 @@ static void add_resident(superslab_t *ss, void *arg) { hm_ss_resident(ss, arg); 
 
 static void lanes(json_t *j, const struct hak_stats *st) {
   static const char *const keys[HM_LANES] = {"direct", "pool", "large"};
-  static const char *const labels[HM_LANES] = {"tiny (<=1 KiB)", "mid (<=256 KiB)", "large"}; /* the text rows */
+  static const char *const labels[HM_LANES] = {"direct (<=1 KiB)", "pool (<=256 KiB)", "large"}; /* the text rows */
   size_t total[5] = {0};
   open_obj(j, "lanes");
   for (unsigned i = 0; i < HM_LANES; i++) {

@@ -61,7 +61,7 @@ def check(doc, m, what):
     for lane in ("direct", "pool", "large"):
         if set(doc["lanes"][lane]) != LANE_FIELDS:
             fail("%s: lane %s has %s" % (what, lane, sorted(doc["lanes"][lane])))
-    if doc["lanes"]["direct"]["label"] != "tiny (<=1 KiB)":
+    if doc["lanes"]["direct"]["label"] != "direct (<=1 KiB)":
         fail("%s: the direct row's label is %r" % (what, doc["lanes"]["direct"]["label"]))
     for k in ("allocated", "freed", "current", "in_use"):
         s = sum(doc["lanes"][l][k] for l in ("direct", "pool", "large"))

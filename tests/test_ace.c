@@ -598,17 +598,17 @@ static void run_trace_child(const char *what, char *err, size_t cap) {
 static void test_trace(void) {
   char err[4096], want[256];
   run_trace_child("threshold", err, sizeof err);
-  snprintf(want, sizeof want, "hakmem: ace: Threshold size=%zu errno=12 (Cannot allocate memory)\n",
+  snprintf(want, sizeof want, "hakmem: large: Threshold size=%zu errno=12 (Cannot allocate memory)\n",
            (size_t)PTRDIFF_MAX);
   CHECK(strcmp(err, want) == 0, "Threshold trace: got \"%s\"", err);
   run_trace_child("mapfail", err, sizeof err);
-  snprintf(want, sizeof want, "hakmem: ace: MapFail size=%zu errno=12 (Cannot allocate memory)\n", 256 * MiB);
+  snprintf(want, sizeof want, "hakmem: large: MapFail size=%zu errno=12 (Cannot allocate memory)\n", 256 * MiB);
   CHECK(strcmp(err, want) == 0, "MapFail trace: got \"%s\"", err);
   run_trace_child("exhaustion", err, sizeof err);
-  snprintf(want, sizeof want, "hakmem: ace: Exhaustion size=%zu errno=12 (Cannot allocate memory)\n", 256 * MiB);
+  snprintf(want, sizeof want, "hakmem: large: Exhaustion size=%zu errno=12 (Cannot allocate memory)\n", 256 * MiB);
   CHECK(strcmp(err, want) == 0, "Exhaustion trace: got \"%s\"", err);
   run_trace_child("realloc", err, sizeof err);
-  snprintf(want, sizeof want, "hakmem: ace: MapFail size=%zu errno=12 (Cannot allocate memory)\n", 512 * MiB);
+  snprintf(want, sizeof want, "hakmem: large: MapFail size=%zu errno=12 (Cannot allocate memory)\n", 512 * MiB);
   CHECK(strcmp(err, want) == 0, "failed realloc trace: got \"%s\"", err);
   run_trace_child("success", err, sizeof err);
   CHECK(err[0] == 0, "trace lines without a failure: \"%s\"", err);

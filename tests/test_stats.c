@@ -215,7 +215,7 @@ static void report_text(char *buf, size_t cap) {
 static void test_print(void) {
   char buf[32768];
   report_text(buf, sizeof buf);
-  static const char *const want[] = {"hakmem statistics (pid ", "\nlane ", "\ntiny (<=1 KiB) ", "\nmid (<=256 KiB) ",
+  static const char *const want[] = {"hakmem statistics (pid ", "\nlane ", "\ndirect (<=1 KiB) ", "\npool (<=256 KiB) ",
                                      "\nlarge ", "\ntotal ", "\nlarge blocks: ", "\nmemory: ", "\nos calls: mmap "};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
     CHECK(strstr(buf, want[i]) != NULL, "hak_stats_print lacks '%s':\n%s", want[i], buf);
@@ -312,9 +312,9 @@ static void test_report_at_exit(void) {
   run_report_child("HAKMEM_STATS=1", err, sizeof err);
   CHECK(strncmp(err, "hakmem statistics (pid ", 23) == 0, "no report at exit:\n%s", err);
   CHECK(strstr(err, "\nlarge blocks: 1 live (peak 1)") != NULL, "the live 3 MiB block is not reported:\n%s", err);
-  char *tiny = strstr(err, "\ntiny (<=1 KiB) ");
+  char *tiny = strstr(err, "\ndirect (<=1 KiB) ");
   size_t alloc_b = 0, freed_b = 0, cur_b = 0, peak_b = 0, inuse_b = 0;
-  CHECK(tiny != NULL && sscanf(tiny + 16, "%zu %zu %zu %zu %zu", &alloc_b, &freed_b, &cur_b, &peak_b, &inuse_b) == 5,
+  CHECK(tiny != NULL && sscanf(tiny + strlen("\ndirect (<=1 KiB) "), "%zu %zu %zu %zu %zu", &alloc_b, &freed_b, &cur_b, &peak_b, &inuse_b) == 5,
         "tiny line unreadable:\n%s", err);
   CHECK(inuse_b >= 99 * 112 && cur_b >= inuse_b && peak_b >= cur_b, "tiny figures at exit: %zu %zu %zu %zu %zu",
         alloc_b, freed_b, cur_b, peak_b, inuse_b);

@@ -120,7 +120,7 @@ got=$("$HK" run --stats -- sh -c 'printf %s "$HAKMEM_STATS"' 2>/dev/null)
 [ "$got" = 1 ] || fail "hakmem run --stats: HAKMEM_STATS='$got', expected 1"
 "$HK" run --stats -- "$WORK/usable_size" >/dev/null 2>"$WORK/stats.err" || fail "hakmem run --stats failed"
 grep -q '^hakmem statistics (pid ' "$WORK/stats.err" || fail "no report at exit under --stats: $(cat "$WORK/stats.err")"
-grep -q '^tiny (<=1 KiB) ' "$WORK/stats.err" || fail "the report has no tiny lane line: $(cat "$WORK/stats.err")"
+grep -q '^direct (<=1 KiB) ' "$WORK/stats.err" || fail "the report has no direct lane line: $(cat "$WORK/stats.err")"
 
 # options: one line per row of src/options.def, from the library itself.
 DEF="$SRC/../../src/options.def"
