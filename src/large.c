@@ -666,7 +666,7 @@ static char *map_span(size_t len, size_t align) {
  * that a block larger than any cached span takes their pages and faults
  * in only the rest, where a fresh mapping faults in all of it while the
  * cached spans sit unused (and the bound unmaps them). One piece stays a
- * span in use (ace_alloc grows it: large_grow); several leave the
+ * span in use (span_take grows it: large_grow); several leave the
  * registry, to be moved into a new mapping (gather). Returns how many. */
 #define LARGE_GATHER_MAX 8
 #define LARGE_GATHER_SCAN 64
@@ -717,7 +717,7 @@ static unsigned cache_take_pieces(size_t len, span_t **one, piece_t *pieces) {
 }
 
 /* A miss for a short span maps an eighth of what the lane holds, 16 to 64
- * MiB (ace_alloc). */
+ * MiB (span_take). */
 static size_t refill_len(void) {
   size_t refill = atomic_load_explicit(&mapped_bytes, memory_order_relaxed) / 8;
   refill = refill < LARGE_REFILL_MIN ? LARGE_REFILL_MIN : refill > LARGE_REFILL_MAX ? LARGE_REFILL_MAX : refill;
@@ -764,7 +764,7 @@ static char *gather(piece_t *pieces, unsigned np, size_t n, size_t len) {
 static void *large_grow(span_t *s, size_t n, size_t len, bool keep);
 static void large_free(void *p);
 
-static void *ace_alloc(size_t n, size_t asked_align, bool *fresh) {
+static void *span_take(size_t n, size_t asked_align, bool *fresh) {
   size_t align = asked_align < HM_PAGE_SIZE ? HM_PAGE_SIZE : asked_align; /* every span is page aligned */
   if (align >= LARGE_LIMIT || n > LARGE_LIMIT - align) return fail("Threshold", n, asked_align, ENOMEM);
   size_t len = span_len_for(n + HM_GUARD_SIZE);
@@ -907,7 +907,7 @@ void *hm_large_alloc_unsampled(size_t n, size_t align) {
     hm_stats_large(1, page_round(n), page_round(n)); /* (a packed block's usable size) */
     return p;
   }
-  p = ace_alloc(n, align, &fresh);
+  p = span_take(n, align, &fresh);
   if (p != NULL) count_block(1, p);
   return p;
 }
@@ -927,7 +927,7 @@ void *hm_large_calloc(size_t n) {
   bool fresh;
   void *p = pack_alloc(n, 0, true);
   if (p == NULL) {
-    p = ace_alloc(n, 0, &fresh);
+    p = span_take(n, 0, &fresh);
     if (p != NULL && !fresh) memset(p, 0, n); /* fresh mappings are zero */
   }
   if (p != NULL) count_block(1, p);
@@ -954,7 +954,7 @@ void hm_large_free(void *p) {
 }
 
 void *hm_large_chunk_take(bool *fresh) {
-  return ace_alloc(SS_SIZE, SS_SIZE, fresh);
+  return span_take(SS_SIZE, SS_SIZE, fresh);
 }
 
 void hm_large_chunk_give(void *chunk) {
@@ -1137,7 +1137,7 @@ static void *remap(char *p, size_t old, size_t len, bool may_move) {
 
 /* Grow the block of s to n bytes (a span of len): into cached neighbours,
  * else in place with mremap, else moved by mremap. Unless `keep` (a span
- * taken from the cache for a new block: ace_alloc), a failure returns NULL
+ * taken from the cache for a new block: span_take), a failure returns NULL
  * quietly with s as it was, and nothing is ever copied. */
 static void *large_grow(span_t *s, size_t n, size_t len, bool keep) {
   char *p = s->base;
@@ -1196,7 +1196,7 @@ static void *large_grow(span_t *s, size_t n, size_t len, bool keep) {
   /* EFAULT: the span is made of two mappings (it grew into a neighbour),
    * which mremap cannot move as one: copy instead. */
   bool fresh;
-  void *r = ace_alloc(n, 0, &fresh);
+  void *r = span_take(n, 0, &fresh);
   if (r == NULL) return NULL;
   memcpy(r, p, old);
   large_free(p);
@@ -1275,7 +1275,7 @@ static void *pack_realloc(void *p, size_t n) {
   if (q == NULL && (q = pack_move_out(p, old, n)) != NULL) return q;
   if (q == NULL) {
     bool fresh;
-    if ((q = ace_alloc(n, 0, &fresh)) == NULL) return NULL;
+    if ((q = span_take(n, 0, &fresh)) == NULL) return NULL;
     count_block(1, q);
   }
   memcpy(q, p, old < n ? old : n);

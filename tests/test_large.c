@@ -1,6 +1,6 @@
-/* The large lane (ACE, src/ace.c) and the lane boundaries.
+/* The large lane (src/large.c) and the lane boundaries.
  *
- *   test_ace [NAME]   runs one part, or all of them:
+ *   test_large [NAME]   runs one part, or all of them:
  *   boundaries  sizes just below/at/above DIRECT_MAX, the Pool limit and 2 MiB
  *               multiples: the right lane, usable size, content, calloc zero
  *   cache       a freed span is reused without an mmap; a longer one is split
@@ -47,7 +47,7 @@
 #include "hakmem.h"
 #include "internal.h" /* DIRECT_MAX, POOL_MAX, SS_SIZE: the lane limits under test */
 
-#ifdef ACE_UNALIGNED_OS
+#ifdef LARGE_UNALIGNED_OS
 #include <stdarg.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -127,7 +127,7 @@ static void one_size(size_t n, uint64_t seed) {
     CHECK(us < SS_SIZE, "malloc(%zu): usable %zu, a Pool block expected", n, us);
   } else {
     CHECK(us == span_of(n), "malloc(%zu) in the large lane: usable %zu, expected the span %zu", n, us, span_of(n));
-#ifdef ACE_UNALIGNED_OS
+#ifdef LARGE_UNALIGNED_OS
     CHECK(((uintptr_t)p & (SS_SIZE - 1)) == SS_SIZE / 2, "unaligned mmap not in effect: %p", (void *)p);
 #endif
     CHECK(((uintptr_t)p & 4095) == 0, "large block %p not page aligned", (void *)p);
@@ -703,7 +703,7 @@ static void test_threads(void) {
 }
 
 int main(int argc, char **argv) {
-  tc_test_name = "ace";
+  tc_test_name = "large";
   if (!HAKMEM_SPECIFIC) return 77;
   if (argc == 3 && strcmp(argv[1], "trace-child") == 0) return trace_child(argv[2]);
   static const struct {
@@ -719,7 +719,7 @@ int main(int argc, char **argv) {
     if (argc > 1 ? strcmp(argv[1], parts[i].name) != 0 : bound) continue;
     tc_test_name = parts[i].name;
     parts[i].fn();
-    printf("ace %s: ok\n", parts[i].name);
+    printf("large %s: ok\n", parts[i].name);
     ran++;
   }
   if (ran == 0) FAILF("no part named %s", argv[1]);
