@@ -116,6 +116,9 @@ void hm_options_init(void) {
     int ok;
     if (r->type == T_CHOICE) {
       x = choice_index(r->choices, v);
+      /* a choice of on|off also takes the 1|0 of the boolean it replaced
+       * (HAKMEM_BG_PURGE was one) */
+      if (x < 0 && (strcmp(v, "1") == 0 || strcmp(v, "0") == 0)) x = choice_index(r->choices, *v == '1' ? "on" : "off");
       ok = x >= 0;
     } else if (r->type == T_PATH) {
       x = (long)(intptr_t)v;

@@ -168,6 +168,19 @@ int main(int argc, char **argv) {
           r.err);
     CHECK(strstr(r.err, "warning") == NULL, "HAKMEM_STATS=json refused:\n%s", r.err);
   }
+  {
+    /* an on|off choice takes 1 and 0, as the boolean it replaced did */
+    const char *vars[] = {"HAKMEM_VERBOSE=1", "HAKMEM_BG_PURGE=1", NULL};
+    struct run r;
+    run_child(&r, vars);
+    CHECK(strstr(r.err, "\nhakmem:   HAKMEM_BG_PURGE=on (from the environment)\n") != NULL, "BG_PURGE=1 line:\n%s",
+          r.err);
+    CHECK(strstr(r.err, "warning") == NULL, "HAKMEM_BG_PURGE=1 refused:\n%s", r.err);
+    const char *vars0[] = {"HAKMEM_VERBOSE=1", "HAKMEM_BG_PURGE=0", NULL};
+    run_child(&r, vars0);
+    CHECK(strstr(r.err, "\nhakmem:   HAKMEM_BG_PURGE=off (from the environment)\n") != NULL, "BG_PURGE=0 line:\n%s",
+          r.err);
+  }
   printf("options: OK\n");
   return 0;
 }
