@@ -81,10 +81,11 @@ static void fork_child(void) {
  * dlsym is not async-signal-safe. */
 typedef pid_t (*fork_fn)(void);
 extern pid_t __fork(void) __attribute__((weak));
-static fork_fn next_fork;
+static _Atomic(fork_fn) next_fork; /* (a thread may fork while another starts hakmem up) */
 
 __attribute__((visibility("default"))) pid_t fork(void) {
-  fork_fn f = next_fork != NULL ? next_fork : __fork;
+  fork_fn f = atomic_load_explicit(&next_fork, memory_order_acquire);
+  if (f == NULL) f = __fork;
   if (f == NULL) {
     errno = ENOSYS;
     return -1;
@@ -104,6 +105,6 @@ __attribute__((visibility("default"))) pid_t fork(void) {
 
 void hm_fork_init(void) {
   fork_fn f = (fork_fn)dlsym(RTLD_NEXT, "fork");
-  if (f != NULL && f != fork) next_fork = f;
+  if (f != NULL && f != fork) atomic_store_explicit(&next_fork, f, memory_order_release);
   pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
