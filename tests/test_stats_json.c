@@ -123,8 +123,9 @@ static size_t smaps_anon_rss(void) {
  * figures: a size's usable bytes are its smallest malloc_usable_size (a
  * sampled block is served in whole pages: its excess is "sampled"); the
  * array of pointers is a large block of known rounding too. The sizes are
- * allocated one after the other, not interleaved (see HISTORY.md,
- * 2026-11-25: interleaved, the sampler favoured the larger one). */
+ * allocated one after the other: interleaved, the sampler now gives the
+ * larger too many samples (a sample due at a cut in one class's list is
+ * taken by the other class's next list first: sample.c, hm_sample_list). */
 #define ROUND_SIZES 2
 static const size_t round_size[ROUND_SIZES] = {17, 2049};
 static const size_t round_count[ROUND_SIZES] = {100000, 8000};
