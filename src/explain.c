@@ -65,20 +65,24 @@ static void explain_ss(superslab_t *ss, void *arg) {
 }
 
 /* The live samples (prof.c), weighted: the bytes asked for and the usable
- * bytes the lanes give for them (the class size; whole pages above the
- * pool); and, unweighted, what the sampled blocks themselves take beyond
- * that (each is served from the large lane, in whole pages). */
+ * bytes the lanes give for them (the class size; above the pool, the
+ * sampled block's own, as it came from the large lane); and, unweighted,
+ * the resident bytes the sampled blocks take beyond that (each is a large
+ * block: a page at least; a span in secure builds). The profiler's lock
+ * is held: a sampled block is not freed meanwhile (hm_prof_freed first). */
 struct est {
+  int fd;
   double requested, usable;
   size_t own, n;
 };
-static void add_sample(size_t n, double w, void *arg) {
+static void add_sample(const void *p, size_t n, double w, void *arg) {
   struct est *s = arg;
-  size_t u = n <= POOL_MAX ? hm_class_size[hm_size_class(n)] : page_up(n);
-  size_t pages = page_up(n == 0 ? 1 : n);
+  size_t lu = hm_large_usable(p), u = n <= POOL_MAX ? hm_class_size[hm_size_class(n)] : lu;
+  uintptr_t a = (uintptr_t)p;
+  size_t r = res(s->fd, page_down(a), page_up(a + lu));
   s->requested += w * (double)n;
   s->usable += w * (double)u;
-  s->own += pages > u ? pages - u : 0;
+  s->own += r > u ? r - u : 0;
   s->n++;
 }
 
@@ -98,9 +102,9 @@ static void split_blocks(struct hm_explain *e, const struct est *s) {
 
 void hm_explain(struct hm_explain *e) {
   memset(e, 0, sizeof *e);
-  struct est samples = {0};
-  e->profiling = hm_prof_live_each(add_sample, &samples); /* (before the walks: no lock held) */
   struct walk w = {hm_os_pagemap_open(), e};
+  struct est samples = {.fd = w.fd};
+  e->profiling = hm_prof_live_each(add_sample, &samples); /* (before the walks: no lock held) */
   e->pagemap = w.fd >= 0;
   hm_backend_walk_ss(explain_ss, &w);
   /* foreign caches: their blocks count as handed out in their slabs */

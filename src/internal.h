@@ -372,9 +372,10 @@ HM_HIDDEN bool hm_prof_freed(void *p); /* a large block freed: true if it was a 
 HM_HIDDEN void hm_prof_fork_prepare(void);
 HM_HIDDEN void hm_prof_fork_parent(void);
 HM_HIDDEN void hm_prof_fork_child(void);
-/* fn(requested bytes, weight) for each live sampled block, under the
- * profiler's lock (take no other lock in fn); false: profiling is off. */
-HM_HIDDEN bool hm_prof_live_each(void (*fn)(size_t n, double weight, void *arg), void *arg);
+/* fn(block, requested bytes, weight) for each live sampled block (a large
+ * block), under the profiler's lock (the first in the order of docs/DESIGN.md,
+ * "Hooks"); false: profiling is off. */
+HM_HIDDEN bool hm_prof_live_each(void (*fn)(const void *p, size_t n, double weight, void *arg), void *arg);
 
 /* explain.c: hakmem's resident memory explained, every part read from
  * pagemap over the ranges hakmem maps, so that the parts add up to the

@@ -692,12 +692,12 @@ static void leak_report(void) {
 
 /* ---- the live samples, read (explain.c) ---------------------------------- */
 
-bool hm_prof_live_each(void (*fn)(size_t n, double weight, void *arg), void *arg) {
+bool hm_prof_live_each(void (*fn)(const void *p, size_t n, double weight, void *arg), void *arg) {
   if (!prof_on) return false;
   prof_lock();
   for (size_t i = 0; i < live_cap; i++)
     if (live[i].addr > 1 && live[i].objects > 0)
-      fn((size_t)(live[i].space / live[i].objects + 0.5), live[i].objects, arg);
+      fn((const void *)live[i].addr, (size_t)(live[i].space / live[i].objects + 0.5), live[i].objects, arg);
   prof_unlock();
   return true;
 }

@@ -175,10 +175,11 @@ def at_exit(plain, launcher, lib):
         fail("--stats=xml accepted: %s" % p.stderr)
 
 
-# HAKMEM_PROFILE_RATE for the split: about 330 live samples. Over 20 runs
-# the rounding came out +5% (sd 3.7%) from the truth, requested +0.6%.
+# HAKMEM_PROFILE_RATE for the split: about 330 live samples. Over 10 runs
+# the rounding came out 0.0% (sd 4.4%) from the truth, requested +1.5%
+# (secure build: +2.7%, sd 2.6%; +0.9%).
 ROUNDING_RATE = 65536
-ROUNDING_TOL = {"requested": 0.05, "rounding": 0.25, "sampling_overhead": 0.05}
+ROUNDING_TOL = {"requested": 0.05, "rounding": 0.20, "sampling_overhead": 0.05}
 
 
 def rounding(plain, launcher, lib):

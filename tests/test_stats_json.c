@@ -133,9 +133,11 @@ static size_t live_requested, live_rounding, live_sampled;
 
 static void rounding_workload(void) {
   size_t total = round_count[0] + round_count[1], unit[ROUND_SIZES] = {SIZE_MAX, SIZE_MAX}, used = 0;
+  free(malloc(1)); /* hakmem starts (and with it the sampler) on the first call: not the array's */
   void **b = calloc(total, sizeof *b);
   CHECK(b != NULL, "calloc");
   size_t au = malloc_usable_size(b);
+  memset(b, 0, au); /* (resident whole, as every block here) */
   live_requested = total * sizeof *b;
   live_rounding = au - total * sizeof *b;
   for (size_t i = 0; i < total; i++) {
