@@ -704,6 +704,18 @@ static void leak_report(void) {
   prof_unlock();
 }
 
+/* ---- the live samples, read (explain.c) ---------------------------------- */
+
+bool hm_prof_live_each(void (*fn)(const void *p, size_t n, double weight, void *arg), void *arg) {
+  if (!prof_on) return false;
+  prof_lock();
+  for (size_t i = 0; i < live_cap; i++)
+    if (live[i].addr > 1 && live[i].objects > 0)
+      fn((const void *)live[i].addr, (size_t)(live[i].space / live[i].objects + 0.5), live[i].objects, arg);
+  prof_unlock();
+  return true;
+}
+
 /* ---- start-up, exit, fork ----------------------------------------------- */
 
 void hm_prof_init(void) {
