@@ -91,12 +91,26 @@ static void *arena_alloc(size_t len) {
  * list of all sites point at it; the hash index of pointers grows. */
 typedef struct site {
   struct site *all_next;
+  struct bucket *buckets; /* its alloc_* figures, by requested size */
   uint64_t hash;
   uint32_t depth;
   uint32_t samples; /* live samples (the leak report) */
+  uint64_t oldest_ns; /* the leak report's scratch */
   double alloc_objects, alloc_space, inuse_objects, inuse_space;
   uintptr_t pcs[];
 } site_t;
+
+/* A site's samples of one requested size (pprof's `bytes` label), in the
+ * arena too, indexed by (site, size). */
+typedef struct bucket {
+  struct bucket *site_next;
+  site_t *site;
+  size_t size;
+  double objects, space;
+} bucket_t;
+
+static bucket_t **bucket_index;
+static size_t bucket_cap, bucket_count;
 
 static site_t **site_index;
 static size_t site_cap, site_count;
@@ -106,6 +120,8 @@ static site_t *all_sites;
 typedef struct {
   uintptr_t addr; /* 0: empty; 1: deleted */
   site_t *site;
+  size_t size;   /* requested */
+  uint64_t t_ns; /* allocated at (hm_now_ns) */
   double objects, space;
 } live_t;
 
@@ -154,6 +170,42 @@ static site_t *site_of(const uintptr_t *pcs, int n) {
   return s;
 }
 
+static size_t bucket_slot(const site_t *st, size_t size, size_t cap) {
+  uint64_t h = ((uint64_t)(uintptr_t)st ^ (uint64_t)size * 0xff51afd7ed558ccdULL) * 0x9e3779b97f4a7c15ULL;
+  return (size_t)(h >> 24) & (cap - 1);
+}
+
+static bool buckets_grow(void) {
+  size_t cap = bucket_cap == 0 ? 1024 : bucket_cap * 2;
+  bucket_t **t = map(cap * sizeof *t);
+  if (t == NULL) return false;
+  for (site_t *s = all_sites; s != NULL; s = s->all_next)
+    for (bucket_t *b = s->buckets; b != NULL; b = b->site_next) {
+      size_t j = bucket_slot(s, b->size, cap);
+      while (t[j] != NULL) j = (j + 1) & (cap - 1);
+      t[j] = b;
+    }
+  if (bucket_index != NULL) munmap(bucket_index, bucket_cap * sizeof *bucket_index);
+  bucket_index = t;
+  bucket_cap = cap;
+  return true;
+}
+
+/* The bucket of (site, size), made if new; NULL: out of memory. */
+static bucket_t *bucket_of(site_t *st, size_t size) {
+  if ((bucket_count + 1) * 2 > bucket_cap && !buckets_grow()) return NULL;
+  size_t j = bucket_slot(st, size, bucket_cap);
+  for (bucket_t *b; (b = bucket_index[j]) != NULL; j = (j + 1) & (bucket_cap - 1))
+    if (b->site == st && b->size == size) return b;
+  bucket_t *b = arena_alloc(sizeof *b);
+  if (b == NULL) return NULL;
+  *b = (bucket_t){.site_next = st->buckets, .site = st, .size = size};
+  st->buckets = b;
+  bucket_index[j] = b;
+  bucket_count++;
+  return b;
+}
+
 static size_t live_slot(uintptr_t a, size_t cap) {
   uint64_t h = (uint64_t)a * 0x9e3779b97f4a7c15ULL;
   return (size_t)(h >> 20) & (cap - 1);
@@ -191,9 +243,13 @@ static void *prof_serve(unsigned fired, size_t n, size_t align, size_t charged) 
   /* unbiased estimates (as pprof's): a block charged c bytes is sampled
    * with probability 1 - exp(-c / rate) */
   double w = 1.0 / hm_one_minus_exp_neg((double)(charged == 0 ? 1 : charged) / rate);
+  uint64_t now = hm_now_ns();
   prof_lock();
   site_t *st = site_of(pcs, depth);
-  if (st != NULL && ((live_used + 1) * 2 <= live_cap || live_grow())) {
+  bucket_t *bk = st != NULL ? bucket_of(st, n) : NULL;
+  if (bk != NULL && ((live_used + 1) * 2 <= live_cap || live_grow())) {
+    bk->objects += w;
+    bk->space += w * (double)n;
     st->alloc_objects += w;
     st->alloc_space += w * (double)n;
     st->inuse_objects += w;
@@ -202,7 +258,7 @@ static void *prof_serve(unsigned fired, size_t n, size_t align, size_t charged) 
     size_t j = live_slot((uintptr_t)p, live_cap);
     while (live[j].addr > 1) j = (j + 1) & (live_cap - 1);
     if (live[j].addr == 0) live_used++;
-    live[j] = (live_t){.addr = (uintptr_t)p, .site = st, .objects = w, .space = w * (double)n};
+    live[j] = (live_t){.addr = (uintptr_t)p, .site = st, .size = n, .t_ns = now, .objects = w, .space = w * (double)n};
   }
   prof_unlock();
   return p;
@@ -289,9 +345,13 @@ static void put_msg(buf_t *b, unsigned field, buf_t *m) {
 }
 
 /* The string table: fixed names first, then mapping file names. */
-enum { S_EMPTY, S_ALLOC_OBJECTS, S_COUNT, S_ALLOC_SPACE, S_BYTES, S_INUSE_OBJECTS, S_INUSE_SPACE, S_SPACE, S_FIXED };
-static const char *const fixed_strings[S_FIXED] = {"", "alloc_objects", "count", "alloc_space", "bytes",
-                                                   "inuse_objects", "inuse_space", "space"};
+enum {
+  S_EMPTY, S_ALLOC_OBJECTS, S_COUNT, S_ALLOC_SPACE, S_BYTES, S_INUSE_OBJECTS, S_INUSE_SPACE, S_SPACE,
+  S_ALLOC_TIME, S_MS, S_FIXED
+};
+static const char *const fixed_strings[S_FIXED] = {
+    "", "alloc_objects", "count", "alloc_space", "bytes", "inuse_objects", "inuse_space", "space",
+    "alloc_time_ms", "ms"};
 
 static void put_value_type(buf_t *b, buf_t *m, unsigned field, unsigned type, unsigned unit) {
   put_uint(m, 1, type);
@@ -409,77 +469,118 @@ static uint64_t function_of(uintptr_t pc, fn_t *fns, size_t cap, uint64_t *next_
   return fns[j].id;
 }
 
+/* The dump's state: location and function ids, scratch messages. */
+typedef struct {
+  buf_t *out, m, line, ids, label, strings;
+  loc_t *locs;
+  fn_t *fns;
+  size_t cap;
+  uint64_t next_id, next_fn, next_str;
+  unsigned nmap;
+  const uintptr_t *ranges;
+} dump_t;
+
+/* A site's stack as packed location ids into d->ids, with the Location
+ * messages of pcs not seen before. */
+static void put_stack(dump_t *d, const site_t *s) {
+  d->ids.len = 0;
+  for (uint32_t i = 0; i < s->depth; i++) {
+    /* a return address: the call is the instruction before it */
+    uintptr_t pc = s->pcs[i] - 1;
+    bool fresh;
+    uint64_t id = loc_id(d->locs, d->cap, &d->next_id, pc, &fresh);
+    put_varint(&d->ids, id);
+    if (!fresh) continue;
+    put_uint(&d->m, 1, id);
+    for (unsigned k = 0; k < d->nmap; k++)
+      if (pc >= d->ranges[2 * k] && pc < d->ranges[2 * k + 1]) {
+        put_uint(&d->m, 2, k + 1);
+        break;
+      }
+    put_uint(&d->m, 3, pc);
+    uint64_t fn = function_of(pc, d->fns, d->cap, &d->next_fn, &d->next_str, d->out, &d->line, &d->strings);
+    if (fn != 0) {
+      put_uint(&d->line, 1, fn);
+      put_msg(&d->m, 4, &d->line);
+    }
+    put_msg(d->out, 4, &d->m);
+  }
+}
+
+static void put_num_label(dump_t *d, buf_t *sample, unsigned key, uint64_t num, unsigned unit) {
+  put_uint(&d->label, 1, key);
+  put_uint(&d->label, 3, num);
+  put_uint(&d->label, 4, unit);
+  put_msg(sample, 3, &d->label);
+}
+
+/* A Sample at d->ids' stack: values v, labels bytes = size and, for a
+ * live block, alloc_time_ms (since profiling started). */
+static void put_sample(dump_t *d, const double v[4], size_t size, const uint64_t *t_ns) {
+  buf_t sample = {0}, vals = {0};
+  put_len(&sample, 1, d->ids.p, d->ids.len);
+  if (d->ids.failed) sample.failed = true;
+  for (int k = 0; k < 4; k++) put_varint(&vals, (uint64_t)rounded(v[k]));
+  put_msg(&sample, 2, &vals);
+  put_num_label(d, &sample, S_BYTES, size, S_BYTES);
+  if (t_ns != NULL) put_num_label(d, &sample, S_ALLOC_TIME, (*t_ns - start_ns) / 1000000u, S_MS);
+  put_msg(d->out, 2, &sample);
+  buf_free(&sample);
+  buf_free(&vals);
+}
+
 /* The whole Profile message into out (the lock held). symbolize: name
  * exported functions with dladdr (not from the signal handler: it takes
- * the loader's lock). */
+ * the loader's lock). alloc_* figures come one Sample per (site, size),
+ * inuse_* ones one per live sample, with its time. */
 static void build_profile(buf_t *out, bool symbolize) {
-  buf_t m = {0}, packed = {0}, strings = {0};
+  dump_t d = {.out = out, .next_id = 1, .next_fn = 1};
+  buf_t *m = &d.m;
   static const unsigned types[4][2] = {
       {S_ALLOC_OBJECTS, S_COUNT}, {S_ALLOC_SPACE, S_BYTES}, {S_INUSE_OBJECTS, S_COUNT}, {S_INUSE_SPACE, S_BYTES}};
-  for (int t = 0; t < 4; t++) put_value_type(out, &m, 1, types[t][0], types[t][1]);
+  for (int t = 0; t < 4; t++) put_value_type(out, m, 1, types[t][0], types[t][1]);
   static uintptr_t ranges[2 * MAX_MAPPINGS]; /* (the lock held) */
-  unsigned nmap = read_mappings(out, &m, &strings, ranges);
+  d.nmap = read_mappings(out, m, &d.strings, ranges);
+  d.ranges = ranges;
+  d.next_str = S_FIXED + d.nmap;
   size_t frames = 0;
   for (site_t *s = all_sites; s != NULL; s = s->all_next) frames += s->depth;
   size_t cap = 64;
   while (cap < frames * 2) cap *= 2;
-  loc_t *locs = map(cap * sizeof(loc_t));
-  fn_t *fns = symbolize ? map(cap * sizeof(fn_t)) : NULL;
+  d.cap = cap;
+  loc_t *locs = d.locs = map(cap * sizeof(loc_t));
+  fn_t *fns = d.fns = symbolize ? map(cap * sizeof(fn_t)) : NULL;
   if (locs == NULL) out->failed = true;
-  uint64_t next_id = 1, next_fn = 1, next_str = S_FIXED + nmap;
-  buf_t line = {0};
   for (site_t *s = all_sites; s != NULL && locs != NULL; s = s->all_next) {
     if (s->alloc_objects <= 0) continue;
-    for (uint32_t i = 0; i < s->depth; i++) {
-      /* a return address: the call is the instruction before it */
-      uintptr_t pc = s->pcs[i] - 1;
-      bool fresh;
-      uint64_t id = loc_id(locs, cap, &next_id, pc, &fresh);
-      put_varint(&packed, id);
-      if (!fresh) continue;
-      put_uint(&m, 1, id);
-      for (unsigned k = 0; k < nmap; k++)
-        if (pc >= ranges[2 * k] && pc < ranges[2 * k + 1]) {
-          put_uint(&m, 2, k + 1);
-          break;
-        }
-      put_uint(&m, 3, pc);
-      uint64_t fn = function_of(pc, fns, cap, &next_fn, &next_str, out, &line, &strings);
-      if (fn != 0) {
-        put_uint(&line, 1, fn);
-        put_msg(&m, 4, &line);
-      }
-      put_msg(out, 4, &m);
-    }
-    buf_t sample = {0};
-    put_len(&sample, 1, packed.p, packed.len);
-    packed.len = 0;
-    put_varint(&packed, (uint64_t)rounded(s->alloc_objects));
-    put_varint(&packed, (uint64_t)rounded(s->alloc_space));
-    put_varint(&packed, (uint64_t)rounded(s->inuse_objects));
-    put_varint(&packed, (uint64_t)rounded(s->inuse_space));
-    put_len(&sample, 2, packed.p, packed.len);
-    packed.len = 0;
-    put_msg(out, 2, &sample);
-    buf_free(&sample);
+    put_stack(&d, s);
+    for (bucket_t *b = s->buckets; b != NULL; b = b->site_next)
+      if (b->objects > 0) put_sample(&d, (const double[4]){b->objects, b->space, 0, 0}, b->size, NULL);
+  }
+  for (size_t i = 0; i < live_cap && locs != NULL; i++) {
+    const live_t *l = &live[i];
+    if (l->addr <= 1) continue;
+    put_stack(&d, l->site);
+    put_sample(&d, (const double[4]){0, 0, l->objects, l->space}, l->size, &l->t_ns);
   }
   if (locs != NULL) munmap(locs, cap * sizeof(loc_t));
   if (fns != NULL) munmap(fns, cap * sizeof(fn_t));
-  buf_free(&line);
+  buf_free(&d.line);
+  buf_free(&d.ids);
+  buf_free(&d.label);
   for (int i = 0; i < S_FIXED; i++) put_len(out, 6, fixed_strings[i], strlen(fixed_strings[i]));
-  put_bytes(out, strings.p, strings.len);
-  if (strings.failed) out->failed = true;
+  put_bytes(out, d.strings.p, d.strings.len);
+  if (d.strings.failed) out->failed = true;
   uint64_t now = hm_now_ns();
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   put_uint(out, 9, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec); /* time_nanos */
   put_uint(out, 10, now - start_ns);                                          /* duration_nanos */
-  put_value_type(out, &m, 11, S_SPACE, S_BYTES);                              /* period_type */
+  put_value_type(out, m, 11, S_SPACE, S_BYTES);                              /* period_type */
   put_uint(out, 12, (uint64_t)rate);                                          /* period */
   put_uint(out, 14, S_INUSE_SPACE);                                           /* default_sample_type */
-  buf_free(&m);
-  buf_free(&packed);
-  buf_free(&strings);
+  buf_free(m);
+  buf_free(&d.strings);
 }
 
 /* ---- gzip: one member of stored deflate blocks (no compressor here) ---- */
@@ -657,6 +758,10 @@ static void leak_report(void) {
       order[j] = order[j - 1];
       order[j - 1] = t;
     }
+  for (site_t *s = all_sites; s != NULL; s = s->all_next) s->oldest_ns = UINT64_MAX;
+  for (size_t i = 0; i < live_cap; i++)
+    if (live[i].addr > 1 && live[i].t_ns < live[i].site->oldest_ns) live[i].site->oldest_ns = live[i].t_ns;
+  uint64_t now = hm_now_ns();
   hm_write_str("hakmem: leak report: ");
   write_dec(rounded(total));
   hm_write_str(" bytes in ");
@@ -674,7 +779,13 @@ static void leak_report(void) {
     write_dec(rounded(s->inuse_objects));
     hm_write_str(" blocks (");
     write_dec(s->samples);
-    hm_write_str(s->samples == 1 ? " sample) allocated at:\n" : " samples) allocated at:\n");
+    hm_write_str(s->samples == 1 ? " sample" : " samples");
+    if (s->oldest_ns != UINT64_MAX) {
+      hm_write_str(", the oldest ");
+      write_dec((long)((now - s->oldest_ns) / 1000000u));
+      hm_write_str(" ms old");
+    }
+    hm_write_str(") allocated at:\n");
     for (uint32_t f = 0; f < s->depth; f++) {
       Dl_info info;
       uintptr_t pc = s->pcs[f];
@@ -711,7 +822,7 @@ bool hm_prof_live_each(void (*fn)(const void *p, size_t n, double weight, void *
   prof_lock();
   for (size_t i = 0; i < live_cap; i++)
     if (live[i].addr > 1 && live[i].objects > 0)
-      fn((const void *)live[i].addr, (size_t)(live[i].space / live[i].objects + 0.5), live[i].objects, arg);
+      fn((const void *)live[i].addr, live[i].size, live[i].objects, arg);
   prof_unlock();
   return true;
 }

@@ -1,7 +1,7 @@
 /* Workloads for the heap profiler's tests (test_prof.py), run with
  * libhakmem.so preloaded: allocations at known, exported call sites (built
  * with -rdynamic so that the profile names them), in known amounts.
- *   prof_workload sites | leak | fork | threads | signal PATH | dump PATH
+ *   prof_workload sites | leak | fork | threads | signal PATH | dump PATH | labels
  * Prints "expect SITE alloc_bytes inuse_bytes" lines for the checker. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -27,6 +27,9 @@ NOINLINE void *leak_site(size_t n) { return malloc(n); }
 NOINLINE void *parent_site(size_t n) { return malloc(n); }
 NOINLINE void *child_site(size_t n) { return malloc(n); }
 NOINLINE void *thread_site(size_t n) { return malloc(n); }
+NOINLINE void *two_sizes_site(size_t n) { return malloc(n); }
+NOINLINE void *early_site(size_t n) { return malloc(n); }
+NOINLINE void *late_site(size_t n) { return malloc(n); }
 
 static void expect(const char *site, double alloc, double inuse) {
   printf("expect %s %.0f %.0f\n", site, alloc, inuse);
@@ -70,6 +73,7 @@ static int run_leak(void) {
   }
   for (int i = 0; i < 5000; i++) touch(leak_site(1000), 1000); /* never freed */
   expect("leak_site", 1000.0 * 5000, 1000.0 * 5000);
+  usleep(300 * 1000); /* the leak report: the oldest at least 300 ms old */
   return 0;
 }
 
@@ -154,6 +158,25 @@ static int run_dump(const char *path) {
   return 0;
 }
 
+/* One site, two sizes (the `bytes` label); live blocks 300 ms apart
+ * (alloc_time_ms). All kept to the end. */
+static int run_labels(void) {
+  enum { N = 3000 };
+  static void *keep[6 * N];
+  for (int i = 0; i < N; i++) touch(keep[i] = early_site(2000), 2000);
+  /* (about as many samples of each size; not interleaved: sample.c
+   * charges a slab's free list when it is installed, so a mix of lanes
+   * would shift samples between the sizes, not between sites) */
+  for (int i = 0; i < N; i++) touch(keep[N + i] = two_sizes_site(5000), 5000);
+  for (int i = 0; i < 3 * N; i++) touch(keep[2 * N + i] = two_sizes_site(1000), 1000);
+  usleep(300 * 1000);
+  for (int i = 0; i < N; i++) touch(keep[5 * N + i] = late_site(2000), 2000);
+  expect("two_sizes_site", 8000.0 * N, 8000.0 * N);
+  expect("early_site", 2000.0 * N, 2000.0 * N);
+  expect("late_site", 2000.0 * N, 2000.0 * N);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   if (strcmp(argv[1], "sites") == 0) return run_sites();
@@ -162,5 +185,6 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "threads") == 0) return run_threads();
   if (strcmp(argv[1], "signal") == 0 && argc > 2) return run_signal(argv[2]);
   if (strcmp(argv[1], "dump") == 0 && argc > 2) return run_dump(argv[2]);
+  if (strcmp(argv[1], "labels") == 0) return run_labels();
   return 2;
 }

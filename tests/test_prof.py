@@ -5,7 +5,7 @@ with a profile.proto decoder of its own (CI has no Go); where `go` is
 installed, `go tool pprof -top` must read them too.
 
   test_prof.py LIBHAKMEM PROF_WORKLOAD MODE [LAUNCHER]
-MODE: sites | leak | fork | threads | signal | dump | perl | launcher | svg
+MODE: sites | leak | fork | threads | signal | dump | perl | labels | launcher | svg
 Estimates are checked against the amounts allocated within a tolerance of
 30% (at HAKMEM_PROFILE_RATE=16384, about five standard deviations: over
 60 runs of `dump` the estimates spread by 4-6%).
@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 RATE = 16384
 TOL = 0.30
@@ -81,19 +82,24 @@ def decode(path):
     if raw[:2] != b"\x1f\x8b":
         fail("%s is not gzip" % path)
     data = gzip.decompress(raw)  # checks the CRC and length too
-    prof = {"types": [], "samples": [], "locations": {}, "functions": {}, "mappings": {}, "strings": []}
+    prof = {"types": [], "samples": [], "locations": {}, "functions": {}, "mappings": {}, "strings": [], "labels": []}
     for f, wt, v in fields(data):
         if f == 1:
             t = dict((ff, vv) for ff, _, vv in fields(v))
             prof["types"].append((t.get(1, 0), t.get(2, 0)))
         elif f == 2:
-            locs, vals = [], []
+            locs, vals, labels = [], [], []
             for ff, w, vv in fields(v):
                 if ff == 1:
                     locs += packed(vv, w)
                 elif ff == 2:
                     vals += packed(vv, w)
+                elif ff == 3:  # Label: key, str, num, num_unit (string ids)
+                    labels.append(dict((a, b) for a, _, b in fields(vv)))
             prof["samples"].append((locs, vals))
+            prof["labels"].append(labels)
+        elif f in (9, 10):  # time_nanos, duration_nanos
+            prof[f] = v
         elif f == 3:
             m = dict((ff, vv) for ff, _, vv in fields(v))
             prof["mappings"][m[1]] = m
@@ -194,6 +200,54 @@ def check_expect(prof, out):
         fail("the workload printed no expectation")
 
 
+def num_labels(prof, i):
+    """Sample i's numeric labels: {key: (num, unit)}."""
+    s = prof["strings"]
+    return dict((s[l.get(1, 0)], (l.get(3, 0), s[l.get(4, 0)])) for l in prof["labels"][i])
+
+
+def check_labels(prof, path):
+    """prof_workload labels: two_sizes_site's alloc samples carry its two
+    sizes as `bytes`, each estimated; early_site's live samples have
+    alloc_time_ms before late_site's (300 ms apart)."""
+    alloc, times = {}, {}
+    for i, (locs, vals) in enumerate(prof["samples"]):
+        lab = num_labels(prof, i)
+        if lab.get("bytes", (0, ""))[1] != "bytes":
+            fail("sample %d without a bytes label: %s" % (i, lab))
+        leaf = (frame_names(prof, locs[0]) if locs else []) or ["?"]
+        if vals[0] > 0:
+            a = alloc.setdefault(leaf[0], {})
+            a[lab["bytes"][0]] = a.get(lab["bytes"][0], 0) + vals[1]
+        if vals[2] > 0:
+            if lab.get("alloc_time_ms", (0, ""))[1] != "ms":
+                fail("in-use sample %d without alloc_time_ms: %s" % (i, lab))
+            times.setdefault(leaf[0], []).append(lab["alloc_time_ms"][0])
+    sizes = alloc.get("two_sizes_site", {})
+    if sorted(sizes) != [1000, 5000]:
+        fail("two_sizes_site's bytes labels: %s, expected 1000 and 5000" % sorted(sizes))
+    for n, count in ((1000, 9000), (5000, 3000)):
+        close(sizes[n], count * n, "two_sizes_site alloc_space of bytes=%d" % n)
+    early, late = times.get("early_site"), times.get("late_site")
+    if not early or not late or max(early) + 250 > min(late):
+        fail("alloc_time_ms: early_site %s, late_site %s: not 300 ms apart" % (
+            early and (min(early), max(early)), late and (min(late), max(late))))
+    print("ok alloc_time_ms: early_site %d-%d, late_site %d-%d" % (min(early), max(early), min(late), max(late)))
+    dur, at = prof.get(10, 0), prof.get(9, 0)
+    if dur < 300e6 or dur > 300e9 or abs(at / 1e9 - time.time()) > 300:
+        fail("duration_nanos %d, time_nanos %d (now %d)" % (dur, at, time.time() * 1e9))
+    if shutil.which("go") is None:
+        print("(go not installed: go tool pprof -raw not run)")
+        return
+    r = subprocess.run(["go", "tool", "pprof", "-raw", path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=300)
+    out = r.stdout.decode(errors="replace")
+    for want in ("bytes:[1000 bytes]", "bytes:[5000 bytes]", "alloc_time_ms:["):
+        if r.returncode != 0 or want not in out:
+            fail("go tool pprof -raw: no %s\n%s" % (want, out))
+    print("ok go tool pprof -raw: the labels bytes and alloc_time_ms")
+
+
 def go_top(path, want_top):
     """go tool pprof -top reads the file; its first row is want_top."""
     if shutil.which("go") is None:
@@ -239,6 +293,12 @@ def main():
             path = os.path.join(tmp, files[0])
             check_expect(decode(path), out)
             go_top(path, {"sites": "site_big", "threads": "thread_site"}[mode])
+        elif mode == "labels":
+            out, _ = run([workload, mode], {"LD_PRELOAD": lib, "HAKMEM_PROFILE": os.path.join(tmp, "l.pb.gz")}, tmp)
+            path = os.path.join(tmp, "l.pb.gz")
+            prof = decode(path)
+            check_expect(prof, out)
+            check_labels(prof, path)
         elif mode == "leak":
             out, err = run([workload, "leak"], {"LD_PRELOAD": lib, "HAKMEM_LEAK_REPORT": "1"}, tmp)
             m = re.search(r"^hakmem: leak: (\d+) bytes in (\d+) blocks .*\n(hakmem:   #0 .*)$", err, re.M)
@@ -250,6 +310,11 @@ def main():
             close(int(m.group(2)), 5000, "leak report blocks")
             if "site_small" in err:
                 fail("freed blocks reported as leaks:\n" + err)
+            # the workload sleeps 300 ms after its leaks, before exit
+            age = re.search(r"^hakmem: leak: .*, the oldest (\d+) ms old\) allocated at:$", err, re.M)
+            if age is None or not 250 <= int(age.group(1)) < 60000:
+                fail("no age of the oldest leak (300 ms before exit):\n" + err)
+            print("ok the oldest leak: %s ms old" % age.group(1))
         elif mode == "fork":
             out, _ = run([workload, "fork"], env, tmp)
             child = int(re.search(r"^child (\d+)$", out, re.M).group(1))
