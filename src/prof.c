@@ -471,7 +471,7 @@ static uint64_t function_of(uintptr_t pc, fn_t *fns, size_t cap, uint64_t *next_
 
 /* The dump's state: location and function ids, scratch messages. */
 typedef struct {
-  buf_t *out, m, line, ids, label, strings;
+  buf_t *out, m, line, ids, label, vals, sample, strings;
   loc_t *locs;
   fn_t *fns;
   size_t cap;
@@ -517,16 +517,13 @@ static void put_num_label(dump_t *d, buf_t *sample, unsigned key, uint64_t num, 
 /* A Sample at d->ids' stack: values v, labels bytes = size and, for a
  * live block, alloc_time_ms (since profiling started). */
 static void put_sample(dump_t *d, const double v[4], size_t size, const uint64_t *t_ns) {
-  buf_t sample = {0}, vals = {0};
-  put_len(&sample, 1, d->ids.p, d->ids.len);
-  if (d->ids.failed) sample.failed = true;
-  for (int k = 0; k < 4; k++) put_varint(&vals, (uint64_t)rounded(v[k]));
-  put_msg(&sample, 2, &vals);
-  put_num_label(d, &sample, S_BYTES, size, S_BYTES);
-  if (t_ns != NULL) put_num_label(d, &sample, S_ALLOC_TIME, (*t_ns - start_ns) / 1000000u, S_MS);
-  put_msg(d->out, 2, &sample);
-  buf_free(&sample);
-  buf_free(&vals);
+  put_len(&d->sample, 1, d->ids.p, d->ids.len);
+  if (d->ids.failed) d->sample.failed = true;
+  for (int k = 0; k < 4; k++) put_varint(&d->vals, (uint64_t)rounded(v[k]));
+  put_msg(&d->sample, 2, &d->vals);
+  put_num_label(d, &d->sample, S_BYTES, size, S_BYTES);
+  if (t_ns != NULL) put_num_label(d, &d->sample, S_ALLOC_TIME, (*t_ns - start_ns) / 1000000u, S_MS);
+  put_msg(d->out, 2, &d->sample);
 }
 
 /* The whole Profile message into out (the lock held). symbolize: name
@@ -568,6 +565,8 @@ static void build_profile(buf_t *out, bool symbolize) {
   buf_free(&d.line);
   buf_free(&d.ids);
   buf_free(&d.label);
+  buf_free(&d.vals);
+  buf_free(&d.sample);
   for (int i = 0; i < S_FIXED; i++) put_len(out, 6, fixed_strings[i], strlen(fixed_strings[i]));
   put_bytes(out, d.strings.p, d.strings.len);
   if (d.strings.failed) out->failed = true;
