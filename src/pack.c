@@ -43,6 +43,7 @@ typedef struct pack {
   uint64_t dirty[PACK_WORDS];  /* pages that may be resident */
   uint64_t start[PACK_WORDS];  /* first pages of live blocks */
   uint64_t freed[PACK_WORDS];  /* first pages of blocks freed since (a second free is a double free) */
+  uint64_t idle[PACK_WORDS];   /* free dirty pages at the last look, not taken since (hm_pack_purge_idle) */
   uint64_t purged_ns;          /* when a purge last gave pages of it back (regret) */
   uint64_t empty_ns;           /* since when it holds no block (0: it holds one) */
   uint32_t free_pages;
@@ -180,6 +181,7 @@ HM_INLINE unsigned span_word(pack_t *p, unsigned w, uint64_t m, enum span_op op)
   if (op == TAKE_BLOCK) {
     p->dirty[w] |= m;
     p->freed[w] &= ~m;
+    p->idle[w] &= ~m;
   }
   return c == 0 ? 0 : (unsigned)__builtin_popcountll(c); /* (mostly all dirty) */
 }
@@ -586,6 +588,65 @@ size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t
   return bytes;
 }
 
+/* Free pages idle in packs in use (docs/DESIGN.md, "Memory given back"):
+ * at each look, at least age_ns after the last, the free dirty pages that
+ * were free and dirty at the last look and taken by no block since are
+ * due; the longest runs of them go back, at most max_calls of them and
+ * none under IDLE_RUN_MIN pages (a call must be worth it). Then what is
+ * free and dirty now is remembered for the next look. */
+#define IDLE_RUN_MIN 4
+
+static uint64_t last_look_ns; /* (the caller's purge_lock) */
+
+static void keep_longest(run_t *best, unsigned *n, unsigned max, run_t r) {
+  unsigned i = *n < max ? (*n)++ : max;
+  if (i == max) {
+    if (best[max - 1].k >= r.k) return;
+    i = max - 1;
+  }
+  while (i > 0 && best[i - 1].k < r.k) {
+    best[i] = best[i - 1];
+    i--;
+  }
+  best[i] = r;
+}
+
+size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, unsigned *calls, uint64_t *next_due) {
+  *calls = 0;
+  if (last_look_ns != 0 && now - last_look_ns < age_ns) {
+    if (last_look_ns + age_ns < *next_due) *next_due = last_look_ns + age_ns;
+    return 0;
+  }
+  run_t best[PURGE_BATCH];
+  unsigned n = 0, max = max_calls < PURGE_BATCH ? max_calls : PURGE_BATCH;
+  bool any_left = false;
+  pthread_mutex_lock(&pack_lock);
+  last_look_ns = now;
+  for (unsigned i = 0; i < npacks && max != 0; i++) {
+    pack_t *pk = packs[i];
+    uint64_t cand[PACK_WORDS];
+    bool any = false;
+    for (unsigned w = 0; w < PACK_WORDS; w++) any |= (cand[w] = pk->idle[w] & pk->dirty[w] & ~pk->used[w]) != 0;
+    for (unsigned j = any ? bits_next(cand, 1, true) : PACK_PAGES; j < PACK_PAGES;) {
+      unsigned e = bits_next(cand, j, false);
+      if (e - j >= IDLE_RUN_MIN) keep_longest(best, &n, max, (run_t){pk, (uint16_t)j, (uint16_t)(e - j)});
+      j = bits_next(cand, e, true);
+    }
+  }
+  for (unsigned i = 0; i < n; i++) {
+    take_pages(best[i].pk, best[i].s, best[i].k, false);
+    refresh_taken(best[i].pk, PACK_PAGES);
+  }
+  for (unsigned i = 0; i < npacks; i++) {
+    pack_t *pk = packs[i];
+    for (unsigned w = 0; w < PACK_WORDS; w++) any_left |= (pk->idle[w] = pk->dirty[w] & ~pk->used[w]) != 0;
+  }
+  pthread_mutex_unlock(&pack_lock);
+  if (any_left && now + age_ns < *next_due) *next_due = now + age_ns;
+  *calls = n;
+  return n != 0 ? purge_runs(best, n, now) : 0;
+}
+
 size_t hm_pack_release(void) {
   uint64_t due = UINT64_MAX;
   size_t bytes = hm_purge_mode == PURGE_OFF ? 0 : hm_pack_purge(hm_now_ns(), 0, SIZE_MAX, &due);
@@ -655,6 +716,11 @@ bool hm_pack_resize(void *p, size_t n) { (void)p, (void)n; return false; }
 void hm_pack_free_moved(void *p) { (void)p; }
 size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due) {
   (void)now, (void)min_idle_ns, (void)budget, (void)next_due;
+  return 0;
+}
+size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, unsigned *calls, uint64_t *next_due) {
+  (void)now, (void)age_ns, (void)max_calls, (void)next_due;
+  *calls = 0;
   return 0;
 }
 size_t hm_pack_release(void) { return 0; }
