@@ -45,6 +45,7 @@ typedef struct pack {
   uint64_t freed[PACK_WORDS];  /* first pages of blocks freed since (a second free is a double free) */
   uint64_t idle[PACK_WORDS];   /* free dirty pages at the last look, not taken since (hm_pack_purge_idle) */
   uint64_t purged_ns;          /* when a purge last gave pages of it back (regret) */
+  uint64_t idle_purged_ns;     /* when hm_pack_purge_idle last did (its own regret) */
   uint64_t empty_ns;           /* since when it holds no block (0: it holds one) */
   uint32_t free_pages;
   uint32_t slot;               /* its index in packs[] */
@@ -229,6 +230,8 @@ static unsigned slot_of(const pack_t *p) {
   return lo;
 }
 
+static void idle_regret(const pack_t *p, uint64_t now);
+
 /* ---- the lowest pack that fits (lock held) ------------------------------------ */
 
 /* longest[i] = v, and up the tree as far as a node changes (a larger
@@ -302,10 +305,31 @@ static bool place(pack_t *p, unsigned s, unsigned k, unsigned left, uint64_t now
   p->start[s >> 6] |= (uint64_t)1 << (s & 63);
   p->pages[s] = (uint16_t)k;
   p->empty_ns = 0;
-  if (dirty < k && p->purged_ns != 0) hm_purge_regret(p->purged_ns, now); /* faults again */
+  if (dirty < k) { /* faults again */
+    if (p->purged_ns != 0) hm_purge_regret(p->purged_ns, now);
+    idle_regret(p, now);
+  }
   if (left != longest[p->slot]) set_longest(p->slot, left);
   HM_ASSERT(left == longest_run(p));
   return dirty == 0;
+}
+
+/* ---- the idle pages of packs in use: their own regret ------------------------- */
+
+/* hm_pack_purge_idle's age is the purge delay times 2^idle_shift: pages it
+ * gave back and a block wanted again within 16 ages double it (once per
+ * age at most, up to 64 times); 64 ages without regret halve it. Its own,
+ * not policy.c's back-off: a working set that churns through the packs'
+ * free pages should not slow the idle return of everything else. */
+#define IDLE_SHIFT_MAX 6
+static unsigned idle_shift;
+static uint64_t idle_age_ns = 100000000u, idle_regret_ns; /* (lock held) */
+
+static void idle_regret(const pack_t *p, uint64_t now) {
+  if (p->idle_purged_ns == 0 || now - p->idle_purged_ns >= 16 * idle_age_ns) return;
+  if (idle_regret_ns != 0 && now - idle_regret_ns < idle_age_ns) return;
+  idle_regret_ns = now;
+  if (idle_shift < IDLE_SHIFT_MAX) idle_shift++;
 }
 
 /* ---- packs from the span cache ------------------------------------------------ */
@@ -491,7 +515,10 @@ bool hm_pack_resize(void *p, size_t n) {
     if (done) {
       unsigned dirty = take_pages(pk, s + old, k - old, true);
       pk->pages[s] = (uint16_t)k;
-      if (dirty < k - old && pk->purged_ns != 0) hm_purge_regret(pk->purged_ns, now);
+      if (dirty < k - old) {
+        if (pk->purged_ns != 0) hm_purge_regret(pk->purged_ns, now);
+        idle_regret(pk, now);
+      }
       refresh_taken(pk, end - (s + old));
     }
   }
@@ -541,7 +568,7 @@ static unsigned claim_runs(uint64_t now, uint64_t empty_idle_ns, size_t *budget,
 }
 
 /* madvise the claimed runs (lock not held), then free them, clean. */
-static size_t purge_runs(run_t *r, unsigned n, uint64_t now) {
+static size_t purge_runs(run_t *r, unsigned n, uint64_t now, bool idle) {
   size_t bytes = 0;
   bool ok[PURGE_BATCH];
   for (unsigned i = 0; i < n; i++) ok[i] = hm_os_purge(page_addr(r[i].pk, r[i].s), (size_t)r[i].k * HM_PAGE_SIZE) == 0;
@@ -549,7 +576,8 @@ static size_t purge_runs(run_t *r, unsigned n, uint64_t now) {
   for (unsigned i = 0; i < n; i++) {
     if (ok[i]) {
       bits_put(r[i].pk->dirty, r[i].s, r[i].k, false);
-      r[i].pk->purged_ns = now;
+      if (idle) r[i].pk->idle_purged_ns = now;
+      else r[i].pk->purged_ns = now;
       bytes += (size_t)r[i].k * HM_PAGE_SIZE;
     }
     give_pages(r[i].pk, r[i].s, r[i].k);
@@ -582,14 +610,15 @@ size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t
     unsigned n = claim_runs(now, empty_idle, &budget, next_due, runs);
     pthread_mutex_unlock(&pack_lock);
     if (n == 0) break;
-    bytes += purge_runs(runs, n, now);
+    bytes += purge_runs(runs, n, now, false);
     if (n < PURGE_BATCH || budget == 0) break;
   }
   return bytes;
 }
 
 /* Free pages idle in packs in use (docs/DESIGN.md, "Memory given back"):
- * at each look, at least age_ns after the last, the free dirty pages that
+ * at each look, at least an age after the last (age_ns, the purge delay,
+ * times the regret's factor above), the free dirty pages that
  * were free and dirty at the last look and taken by no block since are
  * due; the longest runs of them go back, at most max_calls of them and
  * none under IDLE_RUN_MIN pages (a call must be worth it). Then what is
@@ -613,6 +642,14 @@ static void keep_longest(run_t *best, unsigned *n, unsigned max, run_t r) {
 
 size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, unsigned *calls, uint64_t *next_due) {
   *calls = 0;
+  pthread_mutex_lock(&pack_lock);
+  if (idle_shift != 0 && now - idle_regret_ns > 64 * idle_age_ns) {
+    idle_shift--;
+    idle_regret_ns = now;
+  }
+  idle_age_ns = age_ns << idle_shift;
+  age_ns = idle_age_ns;
+  pthread_mutex_unlock(&pack_lock);
   if (last_look_ns != 0 && now - last_look_ns < age_ns) {
     if (last_look_ns + age_ns < *next_due) *next_due = last_look_ns + age_ns;
     return 0;
@@ -644,7 +681,7 @@ size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, uns
   pthread_mutex_unlock(&pack_lock);
   if (any_left && now + age_ns < *next_due) *next_due = now + age_ns;
   *calls = n;
-  return n != 0 ? purge_runs(best, n, now) : 0;
+  return n != 0 ? purge_runs(best, n, now, true) : 0;
 }
 
 size_t hm_pack_release(void) {
