@@ -568,7 +568,9 @@ static unsigned claim_runs(uint64_t now, uint64_t empty_idle_ns, size_t *budget,
 }
 
 /* madvise the claimed runs (lock not held), then free them, clean. */
-static size_t purge_runs(run_t *r, unsigned n, uint64_t now, bool idle) {
+enum { RUN_STEP, RUN_IDLE, RUN_EXIT }; /* whose regret a run's reuse is */
+
+static size_t purge_runs(run_t *r, unsigned n, uint64_t now, int why) {
   size_t bytes = 0;
   bool ok[PURGE_BATCH];
   for (unsigned i = 0; i < n; i++) ok[i] = hm_os_purge(page_addr(r[i].pk, r[i].s), (size_t)r[i].k * HM_PAGE_SIZE) == 0;
@@ -576,8 +578,8 @@ static size_t purge_runs(run_t *r, unsigned n, uint64_t now, bool idle) {
   for (unsigned i = 0; i < n; i++) {
     if (ok[i]) {
       bits_put(r[i].pk->dirty, r[i].s, r[i].k, false);
-      if (idle) r[i].pk->idle_purged_ns = now;
-      else r[i].pk->purged_ns = now;
+      if (why == RUN_IDLE) r[i].pk->idle_purged_ns = now;
+      else if (why == RUN_STEP) r[i].pk->purged_ns = now;
       bytes += (size_t)r[i].k * HM_PAGE_SIZE;
     }
     give_pages(r[i].pk, r[i].s, r[i].k);
@@ -610,7 +612,7 @@ size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t
     unsigned n = claim_runs(now, empty_idle, &budget, next_due, runs);
     pthread_mutex_unlock(&pack_lock);
     if (n == 0) break;
-    bytes += purge_runs(runs, n, now, false);
+    bytes += purge_runs(runs, n, now, RUN_STEP);
     if (n < PURGE_BATCH || budget == 0) break;
   }
   return bytes;
@@ -640,30 +642,17 @@ static void keep_longest(run_t *best, unsigned *n, unsigned max, run_t r) {
   best[i] = r;
 }
 
-size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, unsigned *calls, uint64_t *next_due) {
-  *calls = 0;
-  pthread_mutex_lock(&pack_lock);
-  if (idle_shift != 0 && now - idle_regret_ns > 64 * idle_age_ns) {
-    idle_shift--;
-    idle_regret_ns = now;
-  }
-  idle_age_ns = age_ns << idle_shift;
-  age_ns = idle_age_ns;
-  pthread_mutex_unlock(&pack_lock);
-  if (last_look_ns != 0 && now - last_look_ns < age_ns) {
-    if (last_look_ns + age_ns < *next_due) *next_due = last_look_ns + age_ns;
-    return 0;
-  }
-  run_t best[PURGE_BATCH];
-  unsigned n = 0, max = max_calls < PURGE_BATCH ? max_calls : PURGE_BATCH;
-  bool any_left = false;
-  pthread_mutex_lock(&pack_lock);
-  last_look_ns = now;
+/* The longest runs of free dirty pages (with idle, only those free since
+ * the last look), at most max, taken into best. Lock held. */
+static unsigned claim_longest(bool idle, unsigned max, run_t *best) {
+  unsigned n = 0;
+  if (max > PURGE_BATCH) max = PURGE_BATCH;
   for (unsigned i = 0; i < npacks && max != 0; i++) {
     pack_t *pk = packs[i];
     uint64_t cand[PACK_WORDS];
     bool any = false;
-    for (unsigned w = 0; w < PACK_WORDS; w++) any |= (cand[w] = pk->idle[w] & pk->dirty[w] & ~pk->used[w]) != 0;
+    for (unsigned w = 0; w < PACK_WORDS; w++)
+      any |= (cand[w] = (idle ? pk->idle[w] : ~(uint64_t)0) & pk->dirty[w] & ~pk->used[w]) != 0;
     for (unsigned j = any ? bits_next(cand, 1, true) : PACK_PAGES; j < PACK_PAGES;) {
       unsigned e = bits_next(cand, j, false);
       if (e - j >= IDLE_RUN_MIN) keep_longest(best, &n, max, (run_t){pk, (uint16_t)j, (uint16_t)(e - j)});
@@ -674,6 +663,27 @@ size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, uns
     take_pages(best[i].pk, best[i].s, best[i].k, false);
     refresh_taken(best[i].pk, PACK_PAGES);
   }
+  return n;
+}
+
+size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, unsigned *calls, uint64_t *next_due) {
+  *calls = 0;
+  pthread_mutex_lock(&pack_lock);
+  if (idle_shift != 0 && now - idle_regret_ns > 64 * idle_age_ns) {
+    idle_shift--;
+    idle_regret_ns = now;
+  }
+  idle_age_ns = age_ns << idle_shift;
+  age_ns = idle_age_ns;
+  if (last_look_ns != 0 && now - last_look_ns < age_ns) {
+    pthread_mutex_unlock(&pack_lock);
+    if (last_look_ns + age_ns < *next_due) *next_due = last_look_ns + age_ns;
+    return 0;
+  }
+  last_look_ns = now;
+  run_t best[PURGE_BATCH];
+  unsigned n = claim_longest(true, max_calls, best);
+  bool any_left = false;
   for (unsigned i = 0; i < npacks; i++) {
     pack_t *pk = packs[i];
     for (unsigned w = 0; w < PACK_WORDS; w++) any_left |= (pk->idle[w] = pk->dirty[w] & ~pk->used[w]) != 0;
@@ -681,7 +691,16 @@ size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, uns
   pthread_mutex_unlock(&pack_lock);
   if (any_left && now + age_ns < *next_due) *next_due = now + age_ns;
   *calls = n;
-  return n != 0 ? purge_runs(best, n, now, true) : 0;
+  return n != 0 ? purge_runs(best, n, now, RUN_IDLE) : 0;
+}
+
+size_t hm_pack_purge_longest(unsigned max_calls, unsigned *calls) {
+  run_t best[PURGE_BATCH];
+  pthread_mutex_lock(&pack_lock);
+  unsigned n = claim_longest(false, max_calls, best);
+  pthread_mutex_unlock(&pack_lock);
+  *calls = n;
+  return n != 0 ? purge_runs(best, n, hm_now_ns(), RUN_EXIT) : 0;
 }
 
 size_t hm_pack_release(void) {
@@ -757,6 +776,11 @@ size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t
 }
 size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, unsigned *calls, uint64_t *next_due) {
   (void)now, (void)age_ns, (void)max_calls, (void)next_due;
+  *calls = 0;
+  return 0;
+}
+size_t hm_pack_purge_longest(unsigned max_calls, unsigned *calls) {
+  (void)max_calls;
   *calls = 0;
   return 0;
 }

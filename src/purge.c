@@ -296,23 +296,28 @@ static void purge_tick_slow(void) {
 }
 
 /* A thread that exits leaves its unused memory to nobody: what lies unused
- * above the reserve goes back at once, no delay, the packs' free pages
- * included, as long as the time budget of calls allows (a debt then holds
- * back the next ones: a program that churns threads stays within it). */
+ * above the reserve goes back at once, no delay: the empty SuperSlabs,
+ * then the packs' longest free runs, as many calls as the time budget
+ * holds plus two seconds' worth (a debt that holds back the next ones: a
+ * program that churns threads stays within it). Unused slabs wait for
+ * the steps (one call per few slabs). */
 static void exit_purge(void) {
   if (hm_purge_mode != PURGE_LAZY) return;
   size_t unused = hm_purge_unused_resident() + hm_pack_free_dirty(), keep = reserve();
   if (unused <= keep) return;
   pthread_mutex_lock(&purge_lock);
   uint64_t now = hm_now_ns(), next = UINT64_MAX;
-  if (calls_allowed(now) != 0) {
+  calls_allowed(now);
+  int64_t limit = tb_milli / 1000 + 2 * (int64_t)hm_opt[HM_OPT_IDLE_CALLS_PER_S]; /* calls, two seconds' debt at most */
+  if (limit > 0) {
     struct hak_os_stats a, b;
+    unsigned calls = 0;
     hak_os_stats_get(&a);
-    size_t want = unused - keep, got = hm_backend_purge_cached(now, 0, want, &next);
-    if (got < want) got += purge_slabs(now, 0, want - got, &next);
-    if (got < want) got += hm_pack_purge(now, 0, want - got, &next);
+    size_t got = hm_backend_purge_cached(now, 0, unused - keep, &next); /* a few calls: neighbours go together */
     hak_os_stats_get(&b);
-    tb_milli -= (int64_t)(b.madvise_calls - a.madvise_calls) * 1000;
+    int64_t used = (int64_t)(b.madvise_calls - a.madvise_calls);
+    if (got < unused - keep && used < limit) got += hm_pack_purge_longest((unsigned)(limit - used), &calls);
+    tb_milli -= (used + calls) * 1000;
     atomic_fetch_add_explicit(&given[HM_GIVE_IDLE_TICK], got, memory_order_relaxed);
   }
   pthread_mutex_unlock(&purge_lock);
