@@ -9,6 +9,7 @@
 
 #include "types.h"
 #include "line.h"
+#include "lock.h"
 #include "sample.h"
 
 /* glibc's allocator, for HAKMEM_FORCE_LIBC_ALLOC=1 */
