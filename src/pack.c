@@ -668,7 +668,7 @@ static unsigned claim_longest(bool idle, unsigned max, run_t *best) {
 
 size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, unsigned *calls, uint64_t *next_due) {
   *calls = 0;
-  pthread_mutex_lock(&pack_lock);
+  hm_mutex_lock(&pack_lock);
   if (idle_shift != 0 && now - idle_regret_ns > 64 * idle_age_ns) {
     idle_shift--;
     idle_regret_ns = now;
@@ -676,7 +676,7 @@ size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, uns
   idle_age_ns = age_ns << idle_shift;
   age_ns = idle_age_ns;
   if (last_look_ns != 0 && now - last_look_ns < age_ns) {
-    pthread_mutex_unlock(&pack_lock);
+    hm_mutex_unlock(&pack_lock);
     if (last_look_ns + age_ns < *next_due) *next_due = last_look_ns + age_ns;
     return 0;
   }
@@ -688,7 +688,7 @@ size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, uns
     pack_t *pk = packs[i];
     for (unsigned w = 0; w < PACK_WORDS; w++) any_left |= (pk->idle[w] = pk->dirty[w] & ~pk->used[w]) != 0;
   }
-  pthread_mutex_unlock(&pack_lock);
+  hm_mutex_unlock(&pack_lock);
   if (any_left && now + age_ns < *next_due) *next_due = now + age_ns;
   *calls = n;
   return n != 0 ? purge_runs(best, n, now, RUN_IDLE) : 0;
@@ -696,9 +696,9 @@ size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, uns
 
 size_t hm_pack_purge_longest(unsigned max_calls, unsigned *calls) {
   run_t best[PURGE_BATCH];
-  pthread_mutex_lock(&pack_lock);
+  hm_mutex_lock(&pack_lock);
   unsigned n = claim_longest(false, max_calls, best);
-  pthread_mutex_unlock(&pack_lock);
+  hm_mutex_unlock(&pack_lock);
   *calls = n;
   return n != 0 ? purge_runs(best, n, hm_now_ns(), RUN_EXIT) : 0;
 }

@@ -305,7 +305,7 @@ static void exit_purge(void) {
   if (hm_purge_mode != PURGE_LAZY) return;
   size_t unused = hm_purge_unused_resident() + hm_pack_free_dirty(), keep = reserve();
   if (unused <= keep) return;
-  pthread_mutex_lock(&purge_lock);
+  hm_mutex_lock(&purge_lock);
   uint64_t now = hm_now_ns(), next = UINT64_MAX;
   calls_allowed(now);
   int64_t limit = tb_milli / 1000 + 2 * (int64_t)hm_opt[HM_OPT_IDLE_CALLS_PER_S]; /* calls, two seconds' debt at most */
@@ -320,7 +320,7 @@ static void exit_purge(void) {
     tb_milli -= (used + calls) * 1000;
     atomic_fetch_add_explicit(&given[HM_GIVE_IDLE_TICK], got, memory_order_relaxed);
   }
-  pthread_mutex_unlock(&purge_lock);
+  hm_mutex_unlock(&purge_lock);
 }
 
 /* A thread exited (policy.c's hook, from heap.c) and left unused what its
