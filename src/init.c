@@ -7,12 +7,14 @@
 #include <sched.h>
 #include <stdlib.h>
 
+#include "guard.h"
 #include "internal.h"
 
 _Atomic int hm_init_state;
 
 static void fork_prepare(void) {
-  hm_prof_fork_prepare(); /* (its lock is never held with another) */
+  hm_guard_fork_prepare(); /* (these two locks are never held with another) */
+  hm_prof_fork_prepare();
   hm_purge_fork_prepare();
   hm_heap_fork_prepare();
   hm_backend_fork_prepare();
@@ -24,6 +26,7 @@ static void fork_parent(void) {
   hm_heap_fork_parent();
   hm_purge_fork_parent();
   hm_prof_fork_parent();
+  hm_guard_fork_parent();
 }
 static void fork_child(void) {
   hm_large_fork_child();
@@ -31,6 +34,7 @@ static void fork_child(void) {
   hm_heap_fork_child();
   hm_purge_fork_child();
   hm_prof_fork_child();
+  hm_guard_fork_child();
 }
 
 void hm_init_slow(void) {
@@ -48,6 +52,7 @@ void hm_init_slow(void) {
     hm_heap_process_init();
     hm_big_init();
     hm_prof_init();
+    hm_guard_init();
     atomic_store_explicit(&hm_init_state, 2, memory_order_release);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     return;
