@@ -14,7 +14,8 @@
  *    it, where the heap cuts the list so that that malloc takes the slow
  *    path), then calls hm_sample_fire there. Every other lane (big slab
  *    classes, large blocks) calls hm_sample_one per allocation.
- *  - While any consumer is on, hm_sample_active is set and the fast path
+ *  - While the profiler is on (or the guard below HM_SAMPLE_LIGHT_MIN: else
+ *    it charges lightly, below), hm_sample_active is set and the fast path
  *    goes to the slow path instead of swapping local_free in itself, so
  *    that every list handed out is charged (hm_slab_pop).
  *  - Both return a mask of the consumers that fired (bit id). */
