@@ -128,7 +128,7 @@ if ours():
 faulthandler.enable()
 keep = []
 for i in range(10**7):
-    keep.append(bytes(100))
+    keep.append(bytes(600))  # (above pymalloc's 512: from malloc)
     if len(keep) > 1000:
         keep.clear()
     if i % 1000 == 0 and ours():
