@@ -15,6 +15,8 @@ HM_INLINE void *hm_slab_pop(heap_t *h, slab_t *s, size_t n) {
     if (b != NULL || !hm_head_ok(s, b = s->local_free)) return hm_alloc_slow(n);
     /* (sampling on: the swap charges the list first: sample.h) */
     if (unlikely(hm_sample_active)) return hm_sample_swap(h, s, n);
+    /* (light sampling: the list charged; at 0, the slow path: sample.h) */
+    if (unlikely((hm_sample_tls.left[HM_SAMPLER_GUARD] -= s->carved - s->used) <= 0)) return hm_sample_light_slow(n);
     s->local_free = NULL;
     /* blocks taken: all the owner freed, unless s is the foreign cache */
     HM_STAT_REFILL(h, HM_REFILL_LOCAL, s->in_use == SLAB_FOREIGN ? 0 : s->carved - s->used);

@@ -5,7 +5,7 @@
 
 #include "internal.h"
 
-bool hm_sample_active;
+bool hm_sample_active, hm_sample_any, hm_sample_light;
 bool hm_sampler_in_bytes[HM_SAMPLERS];
 hm_sample_serve_fn hm_sampler_serve[HM_SAMPLERS];
 static uint64_t sampler_mean[HM_SAMPLERS];
@@ -18,7 +18,9 @@ void hm_sampler_enable(unsigned id, uint64_t mean, bool in_bytes, hm_sample_serv
   hm_sampler_in_bytes[id] = in_bytes;
   hm_sampler_serve[id] = serve;
   enabled_mask |= 1u << id;
-  hm_sample_active = true;
+  hm_sample_any = true;
+  hm_sample_light = enabled_mask == 1u << HM_SAMPLER_GUARD && mean >= HM_SAMPLE_LIGHT_MIN;
+  hm_sample_active = !hm_sample_light;
 }
 
 /* ln(x), x > 0: x = m * 2^e with m in [1, 2); ln m = 2 atanh((m-1)/(m+1)). */
@@ -61,6 +63,7 @@ double hm_one_minus_exp_neg(double x) {
 
 /* An exponential draw of the given mean, at least 1. */
 static int64_t draw(uint64_t mean) {
+  if (mean == 1) return 1; /* every one: what tests ask for (HAKMEM_GUARD_SAMPLE=1) */
   double u = ((double)(hm_random_fast() >> 11) + 0.5) * (1.0 / 9007199254740992.0); /* (0, 1) */
   double d = -hm_log(u) * (double)mean;
   if (d < 1) return 1;
@@ -112,3 +115,16 @@ unsigned hm_sample_fire(size_t size) {
   return fired;
 }
 
+
+void hm_sample_thread_start(void) { ensure_drawn(); }
+
+unsigned hm_sample_light_fire(void) {
+  int64_t *l = &hm_sample_tls.left[HM_SAMPLER_GUARD];
+  if (*l > 0) return 0;
+  if (hm_sample_light) {
+    *l = draw(sampler_mean[HM_SAMPLER_GUARD]);
+    return 1u << HM_SAMPLER_GUARD;
+  }
+  if (!(enabled_mask & (1u << HM_SAMPLER_GUARD))) *l = INT64_MAX; /* off: parked */
+  return 0; /* (exact: hm_sample_list's to handle) */
+}

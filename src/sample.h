@@ -14,7 +14,8 @@
  *    it, where the heap cuts the list so that that malloc takes the slow
  *    path), then calls hm_sample_fire there. Every other lane (big slab
  *    classes, large blocks) calls hm_sample_one per allocation.
- *  - While any consumer is on, hm_sample_active is set and the fast path
+ *  - While the profiler is on (or the guard below HM_SAMPLE_LIGHT_MIN: else
+ *    it charges lightly, below), hm_sample_active is set and the fast path
  *    goes to the slow path instead of swapping local_free in itself, so
  *    that every list handed out is charged (hm_slab_pop).
  *  - Both return a mask of the consumers that fired (bit id). */
@@ -35,6 +36,17 @@ _Static_assert(HM_SAMPLERS == 2, "hm_sample_list tests each consumer by hand");
 typedef void *(*hm_sample_serve_fn)(unsigned fired, size_t n, size_t align, size_t charged);
 
 __attribute__((visibility("hidden"))) extern bool hm_sample_active;
+/* Some consumer is on: the big-slab classes and the large lane charge each
+ * call (hm_sample_one). */
+__attribute__((visibility("hidden"))) extern bool hm_sample_any;
+/* The guarded pool alone, at a mean of HM_SAMPLE_LIGHT_MIN allocations or
+ * more: hm_sample_active stays off and the slab lanes charge the guard's
+ * countdown approximately, a list's length (its slab's free blocks) as the
+ * fast path swaps it in or the slow path installs it; the malloc after the
+ * countdown ran out is sampled (hm_sample_light_fire). docs/DESIGN.md,
+ * "Guarded pool". */
+__attribute__((visibility("hidden"))) extern bool hm_sample_light;
+#define HM_SAMPLE_LIGHT_MIN 1000
 
 /* Per thread: each consumer's countdown (INT64_MAX while it is off; 0
  * until drawn), and the classes whose next slow-path malloc is the sampled
@@ -109,6 +121,12 @@ static inline __attribute__((always_inline)) bool hm_sample_take_pending(unsigne
   *w &= ~bit;
   return true;
 }
+
+/* The guard's countdown ran out (light mode): redraw it and return its bit;
+ * with the guard off, park the countdown (0; also when exact). A new thread's countdowns:
+ * hm_sample_thread_start. */
+__attribute__((visibility("hidden"))) unsigned hm_sample_light_fire(void);
+__attribute__((visibility("hidden"))) void hm_sample_thread_start(void);
 
 /* Natural logarithm and 1 - exp(-x), without libm (the draws; the
  * weights, 1 / (1 - exp(-size / mean)), as pprof and tcmalloc use). */
