@@ -605,11 +605,11 @@ static bool freed_elsewhere(const heap_t *h, unsigned c) {
          h->foreign[c].free != NULL;
 }
 
-/* heap_alloc's list overran the guard's countdown (light sampling): the
- * sampled block, or NULL (not sampled: big classes, the guard off or exact,
- * or out of memory). Out of line: it would cost heap_alloc registers. */
-static HM_NOINLINE void *heap_sample_light(uint32_t bs) {
-  if (bs > MEDIUM_MAX || hm_sample_light_fire() == 0) return NULL; /* (big classes: hm_malloc_big charges) */
+/* heap_alloc's list overran h->sample_left (light sampling): the sampled
+ * block, or NULL (not sampled: big classes, exact sampling, or out of
+ * memory). Out of line: it would cost heap_alloc registers. */
+static HM_NOINLINE void *heap_sample_light(heap_t *h, uint32_t bs) {
+  if (hm_sample_light_fire(&h->sample_left) == 0 || bs > MEDIUM_MAX) return NULL; /* (big: hm_malloc_big's) */
   return hm_sample_serve(1u << HM_SAMPLER_GUARD, bs, 0, bs);
 }
 
@@ -635,8 +635,8 @@ static void *heap_alloc(heap_t *h, unsigned c) {
       if (slab_refill(s) || (!freed_elsewhere(h, c) && slab_refill_carve(s))) {
         /* (light sampling: the list charged, as the fast path's swap does;
          * spent, this malloc is the sample, the list stays: sample.h) */
-        if (unlikely((hm_sample_tls.left[HM_SAMPLER_GUARD] -= s->carved - s->used) <= 0)) {
-          void *q = heap_sample_light(s->block_size);
+        if (unlikely(hm_sample_charge(&h->sample_left, (int64_t)s->carved - (int64_t)s->used))) {
+          void *q = heap_sample_light(h, s->block_size);
           if (q != NULL) return q;
         }
         block_t *b = s->free;
@@ -773,8 +773,7 @@ static heap_t *heap_for_thread(void) {
 #endif
   }
   heap_reset(h);
-  /* (the countdowns drawn first: light sampling takes 0 as spent) */
-  if (hm_sample_any) hm_sample_thread_start();
+  h->sample_left = hm_sample_light_start();
   /* Installed before pthread_setspecific, which may itself allocate. */
   hm_tls_heap = h;
   hm_tls_free_id = (uintptr_t)h;
@@ -854,10 +853,23 @@ static HM_NOINLINE void *heap_alloc_sampling(heap_t *h, unsigned c, size_t n, bo
   return p;
 }
 
-/* Sampling on: the fast path's local_free swap (free is empty), charged;
- * anything else (a sample in the list, a pending sample, the foreign
- * cache, big-slab classes) takes the slow path. */
+/* The fast path's local_free swap (free is empty) found h->sample_left
+ * spent. Light sampling: this malloc is the sampled one (its list waits
+ * for the next). Exact (always spent): the list charged; anything else (a
+ * sample in the list, a pending sample, the foreign cache, big-slab
+ * classes) takes the slow path. */
 void *hm_sample_swap(heap_t *h, slab_t *s, size_t n) {
+  if (!hm_sample_active) {
+    if (s->block_size <= MEDIUM_MAX && hm_sample_light_fire(&h->sample_left) != 0) {
+      /* (malloc jumps here: the return address is the program's) */
+      hm_sample_tls.caller_ra = (uintptr_t)__builtin_return_address(0);
+      hm_sample_tls.caller_cfa = (uintptr_t)__builtin_dwarf_cfa();
+      void *p = hm_sample_serve(1u << HM_SAMPLER_GUARD, n, 0, s->block_size);
+      hm_sample_tls.caller_ra = 0;
+      return p;
+    }
+    return hm_alloc_slow(n);
+  }
   uint32_t bs = s->block_size;
   uint32_t count = s->carved - s->used; /* = |local_free| */
   unsigned c = s->cls;
@@ -898,23 +910,6 @@ void *hm_alloc_slow(size_t n) {
     return p;
   }
   return heap_alloc(h, hm_size_class(n));
-}
-
-/* Light sampling (sample.h): the guard's countdown ran out in the fast
- * path's swap (or, with the guard off, a new thread's was not parked yet):
- * this malloc is the sampled one; its list waits for the next. */
-void *hm_sample_light_slow(size_t n) {
-  unsigned c = hm_size_class(n);
-  uint32_t bs = hm_class_size[c];
-  if (bs <= MEDIUM_MAX && hm_sample_light_fire() != 0) { /* (big classes: hm_malloc_big charges) */
-    /* (malloc jumps here: the return address is the program's) */
-    hm_sample_tls.caller_ra = (uintptr_t)__builtin_return_address(0);
-    hm_sample_tls.caller_cfa = (uintptr_t)__builtin_dwarf_cfa();
-    void *p = hm_sample_serve(1u << HM_SAMPLER_GUARD, n, 0, bs);
-    hm_sample_tls.caller_ra = 0;
-    return p;
-  }
-  return hm_alloc_slow(n);
 }
 
 void *hm_alloc_class(unsigned c) {

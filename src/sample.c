@@ -116,15 +116,22 @@ unsigned hm_sample_fire(size_t size) {
 }
 
 
-void hm_sample_thread_start(void) { ensure_drawn(); }
+int64_t hm_sample_light_start(void) {
+  if (hm_sample_active) return HM_SAMPLE_LEFT_EXACT;
+  return hm_sample_light ? draw(sampler_mean[HM_SAMPLER_GUARD]) : INT64_MAX;
+}
 
-unsigned hm_sample_light_fire(void) {
-  int64_t *l = &hm_sample_tls.left[HM_SAMPLER_GUARD];
-  if (*l > 0) return 0;
+unsigned hm_sample_light_fire(int64_t *left) {
+  if (*left > 0) return 0;
   if (hm_sample_light) {
-    *l = draw(sampler_mean[HM_SAMPLER_GUARD]);
+    *left = draw(sampler_mean[HM_SAMPLER_GUARD]);
     return 1u << HM_SAMPLER_GUARD;
   }
-  if (!(enabled_mask & (1u << HM_SAMPLER_GUARD))) *l = INT64_MAX; /* off: parked */
-  return 0; /* (exact: hm_sample_list's to handle) */
+  *left = hm_sample_light_start(); /* (exact: hm_sample_list's to handle) */
+  return 0;
+}
+
+void hm_sample_backoff(unsigned id, int64_t n) {
+  hm_sample_tls.left[id] = n;
+  if (id == HM_SAMPLER_GUARD && hm_sample_light && hm_tls_heap != &hm_empty_heap) hm_tls_heap->sample_left = n;
 }

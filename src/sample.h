@@ -122,11 +122,16 @@ static inline __attribute__((always_inline)) bool hm_sample_take_pending(unsigne
   return true;
 }
 
-/* The guard's countdown ran out (light mode): redraw it and return its bit;
- * with the guard off, park the countdown (0; also when exact). A new thread's countdowns:
- * hm_sample_thread_start. */
-__attribute__((visibility("hidden"))) unsigned hm_sample_light_fire(void);
-__attribute__((visibility("hidden"))) void hm_sample_thread_start(void);
+/* A heap's light countdown (its sample_left, charged by the slab lane's
+ * lists): its first value; HM_SAMPLE_LEFT_EXACT (every swap to the slow
+ * path) while sampling is exact, INT64_MAX while nothing samples. */
+#define HM_SAMPLE_LEFT_EXACT (INT64_MIN / 2)
+__attribute__((visibility("hidden"))) int64_t hm_sample_light_start(void);
+/* *left is spent: in light mode, redraw it and return the guard's bit;
+ * else set it as hm_sample_light_start does, 0. */
+__attribute__((visibility("hidden"))) unsigned hm_sample_light_fire(int64_t *left);
+/* Consumer id samples nothing in this thread's next n allocations. */
+__attribute__((visibility("hidden"))) void hm_sample_backoff(unsigned id, int64_t n);
 
 /* Natural logarithm and 1 - exp(-x), without libm (the draws; the
  * weights, 1 / (1 - exp(-size / mean)), as pprof and tcmalloc use). */
