@@ -810,7 +810,9 @@ static HM_NOINLINE void *heap_alloc_sampling(heap_t *h, unsigned c, size_t n, bo
     HM_STAT_ADD(h, alloc[c], 1);
     p = hm_block_handout(s, b, NULL);
   } else {
+    h->sample_left = INT64_MAX; /* (charged here: heap_alloc's light charge off) */
     p = heap_alloc(h, c);
+    h->sample_left = HM_SAMPLE_LEFT_EXACT;
     s = h->cur[c];
   }
   if (p == NULL || s == &hm_empty_slab || s->free == NULL) return p;

@@ -131,7 +131,4 @@ unsigned hm_sample_light_fire(int64_t *left) {
   return 0;
 }
 
-void hm_sample_backoff(unsigned id, int64_t n) {
-  hm_sample_tls.left[id] = n;
-  if (id == HM_SAMPLER_GUARD && hm_sample_light && hm_tls_heap != &hm_empty_heap) hm_tls_heap->sample_left = n;
-}
+

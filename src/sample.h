@@ -130,8 +130,7 @@ __attribute__((visibility("hidden"))) int64_t hm_sample_light_start(void);
 /* *left is spent: in light mode, redraw it and return the guard's bit;
  * else set it as hm_sample_light_start does, 0. */
 __attribute__((visibility("hidden"))) unsigned hm_sample_light_fire(int64_t *left);
-/* Consumer id samples nothing in this thread's next n allocations. */
-__attribute__((visibility("hidden"))) void hm_sample_backoff(unsigned id, int64_t n);
+
 
 /* Natural logarithm and 1 - exp(-x), without libm (the draws; the
  * weights, 1 / (1 - exp(-size / mean)), as pprof and tcmalloc use). */
