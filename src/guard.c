@@ -277,7 +277,9 @@ static void *guard_serve(unsigned fired, size_t n, size_t align, size_t charged)
     if (p != NULL) return p;
     /* (both countdowns: the slab lane's, light, is the heap's) */
     hm_sample_tls.left[HM_SAMPLER_GUARD] = BACKOFF;
-    if (hm_sample_light && hm_tls_heap != &hm_empty_heap) hm_tls_heap->sample_left = BACKOFF;
+    if (hm_sample_light && hm_tls_heap != &hm_empty_heap)
+      for (unsigned c = 0; c < NUM_CLASSES; c++)
+        if (hm_tls_heap->sample_left[c] < BACKOFF) hm_tls_heap->sample_left[c] = BACKOFF;
   }
   return hm_large_alloc_unsampled(m, align);
 }

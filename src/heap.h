@@ -27,7 +27,7 @@ HM_INLINE void *hm_slab_pop(heap_t *h, slab_t *s, size_t n) {
   if (unlikely(!hm_head_ok(s, b))) { /* hardening: b != NULL (secure: and not damaged) */
     if (b != NULL || !hm_head_ok(s, b = s->local_free)) return hm_alloc_slow(n);
     /* (sampling: the list charged; spent, or exact, the slow path: sample.h) */
-    if (unlikely(hm_sample_charge(&h->sample_left, (int64_t)s->carved - (int64_t)s->used))) return hm_sample_swap(h, s, n);
+    if (unlikely(hm_sample_charge(&h->sample_left[s->cls], (int64_t)s->carved - (int64_t)s->used))) return hm_sample_swap(h, s, n);
     s->local_free = NULL;
     /* blocks taken: all the owner freed, unless s is the foreign cache */
     HM_STAT_REFILL(h, HM_REFILL_LOCAL, s->in_use == SLAB_FOREIGN ? 0 : s->carved - s->used);

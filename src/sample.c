@@ -116,19 +116,36 @@ unsigned hm_sample_fire(size_t size) {
 }
 
 
-int64_t hm_sample_light_start(void) {
-  if (hm_sample_active) return HM_SAMPLE_LEFT_EXACT;
-  return hm_sample_light ? draw(sampler_mean[HM_SAMPLER_GUARD]) : INT64_MAX;
+/* A consumer's rate for a block of bs bytes: each such malloc is its
+ * sample with probability 1 - exp(-lambda) (bs / mean in bytes; 1 / mean
+ * in allocations: lambda = -ln(1 - 1 / mean), infinite for mean 1). */
+static double lambda(unsigned id, uint32_t bs) {
+  if (hm_sampler_in_bytes[id]) return (double)bs / (double)sampler_mean[id];
+  if (sampler_mean[id] <= 1) return 1e300;
+  return -hm_log(1.0 - 1.0 / (double)sampler_mean[id]);
 }
 
-unsigned hm_sample_light_fire(int64_t *left) {
-  if (*left > 0) return 0;
-  if (hm_sample_light) {
-    *left = draw(sampler_mean[HM_SAMPLER_GUARD]);
-    return 1u << HM_SAMPLER_GUARD;
-  }
-  *left = hm_sample_light_start(); /* (exact: hm_sample_list's to handle) */
-  return 0;
+int64_t hm_sample_class_draw(uint32_t bs) {
+  if (enabled_mask == 0) return INT64_MAX;
+  double l = 0;
+  for (unsigned id = 0; id < HM_SAMPLERS; id++)
+    if (enabled_mask & (1u << id)) l += lambda(id, bs);
+  if (l >= 1e299) return 1;
+  /* geometric: P(K > k) = exp(-l k), from an exponential draw of mean 1 */
+  double u = ((double)(hm_random_fast() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  double k = -hm_log(u) / l;
+  return k > 4e18 ? (int64_t)4e18 : (int64_t)k + 1;
+}
+
+unsigned hm_sample_class_fire(uint32_t bs) {
+  if (enabled_mask != 3u) return enabled_mask;
+  /* both on: which of them sampled it, given that one did */
+  double p0 = hm_one_minus_exp_neg(lambda(0, bs)), l1 = lambda(1, bs), p1 = l1 >= 1e299 ? 1.0 : hm_one_minus_exp_neg(l1);
+  double p = 1 - (1 - p0) * (1 - p1);
+  double u = ((double)(hm_random_fast() >> 11) + 0.5) * (1.0 / 9007199254740992.0) * p;
+  if (u < p0 * (1 - p1)) return 1u;
+  if (u < p0 * (1 - p1) + p1 * (1 - p0)) return 2u;
+  return 3u;
 }
 
 

@@ -53,7 +53,7 @@ __attribute__((visibility("hidden"))) extern bool hm_sample_light;
  * one (the heap cut their list there). */
 struct hm_sample_tls {
   int64_t left[HM_SAMPLERS];
-  uint64_t pending[2];
+  size_t req; /* the request's size, while in hm_alloc_slow with sampling exact (0: unknown) */
   /* the program's call into malloc, while in hm_alloc_slow (0: unknown):
    * its return address and stack position (hm_stack_capture_at) */
   uintptr_t caller_ra, caller_cfa;
@@ -80,20 +80,6 @@ static inline __attribute__((always_inline)) uint32_t hm_sample_list(uint32_t co
   }
   return hm_sample_list_slow(count, size);
 }
-/* Would a sample fall within such a list? (Nothing charged.) */
-static inline __attribute__((always_inline)) bool hm_sample_peek(uint32_t count, uint32_t size) {
-  struct hm_sample_tls *t = &hm_sample_tls;
-  int64_t u0 = hm_sampler_in_bytes[0] ? (int64_t)count * size : count;
-  int64_t u1 = hm_sampler_in_bytes[1] ? (int64_t)count * size : count;
-  return !(t->left[0] > u0 && t->left[1] > u1);
-}
-/* count blocks charged by hm_sample_list will not be handed out after all. */
-static inline __attribute__((always_inline)) void hm_sample_uncharge(uint32_t count, uint32_t size) {
-  for (unsigned id = 0; id < HM_SAMPLERS; id++) {
-    int64_t *l = &hm_sample_tls.left[id];
-    if (*l < INT64_MAX / 2) *l += hm_sampler_in_bytes[id] ? (int64_t)count * size : count;
-  }
-}
 /* The malloc at the position hm_sample_list returned: charges it, redraws
  * the countdowns that expired; the mask of those. */
 __attribute__((visibility("hidden"))) unsigned hm_sample_fire(size_t size);
@@ -109,27 +95,16 @@ static inline __attribute__((always_inline)) void *hm_sample_serve(unsigned fire
   return hm_sampler_serve[id](fired, n, align, charged);
 }
 
-static inline __attribute__((always_inline)) void hm_sample_set_pending(unsigned cls) {
-  hm_sample_tls.pending[cls / 64] |= (uint64_t)1 << (cls % 64);
-}
-static inline __attribute__((always_inline)) bool hm_sample_is_pending(unsigned cls) {
-  return (hm_sample_tls.pending[cls / 64] >> (cls % 64)) & 1;
-}
-static inline __attribute__((always_inline)) bool hm_sample_take_pending(unsigned cls) {
-  uint64_t bit = (uint64_t)1 << (cls % 64), *w = &hm_sample_tls.pending[cls / 64];
-  if (__builtin_expect(!(*w & bit), 1)) return false;
-  *w &= ~bit;
-  return true;
-}
 
-/* A heap's light countdown (its sample_left, charged by the slab lane's
- * lists): its first value; HM_SAMPLE_LEFT_EXACT (every swap to the slow
- * path) while sampling is exact, INT64_MAX while nothing samples. */
-#define HM_SAMPLE_LEFT_EXACT (INT64_MIN / 2)
-__attribute__((visibility("hidden"))) int64_t hm_sample_light_start(void);
-/* *left is spent: in light mode, redraw it and return the guard's bit;
- * else set it as hm_sample_light_start does, 0. */
-__attribute__((visibility("hidden"))) unsigned hm_sample_light_fire(int64_t *left);
+/* The slab lane's countdowns (a heap's sample_left[class], in blocks of
+ * the class, one for all consumers): a fresh one for a class of bs-byte
+ * blocks (1 + a geometric draw whose rate is the sum of the consumers';
+ * INT64_MAX while nothing samples), and, when it runs out, which consumers
+ * sample that malloc (each in proportion to its own chance). Exact for
+ * both kinds of consumer: a block is sampled by each with its own
+ * probability, independently of what came before. */
+__attribute__((visibility("hidden"))) int64_t hm_sample_class_draw(uint32_t bs);
+__attribute__((visibility("hidden"))) unsigned hm_sample_class_fire(uint32_t bs);
 
 
 /* Natural logarithm and 1 - exp(-x), without libm (the draws; the

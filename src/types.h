@@ -346,10 +346,10 @@ typedef struct heap {
    * direct size indexes it directly, without the class lookup. */
   slab_t *direct[DIRECT_MAX / 16 + 1];
   slab_t *cur[NUM_CLASSES];        /* slab serving allocations (never NULL) */
-  /* Sampling's light countdown (sample.h), charged a list's length as the
-   * fast path swaps local_free in or heap_alloc installs a list: here, as
-   * malloc has h in a register. INT64_MAX: off; always <= 0 when exact. */
-  int64_t sample_left;
+  /* Sampling's countdowns, per class (sample.h), charged a list's length as
+   * the fast path swaps local_free in or heap_alloc installs a list: here,
+   * as malloc has h in a register. INT64_MAX: nothing samples. */
+  int64_t sample_left[NUM_CLASSES];
   slab_t *avail[NUM_CLASSES];      /* other slabs of the class with free blocks */
   slab_t *avail_tail[NUM_CLASSES]; /* (FIFO: pushed at the tail) */
   slab_t *sparse[NUM_CLASSES];     /* listed slabs mostly free, left to drain (LIFO) */
