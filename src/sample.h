@@ -1,24 +1,18 @@
 /* Sampling decisions, shared by every consumer that wants one allocation
- * now and then: the heap profiler (HAKMEM_PROFILE, a mean in bytes) and,
- * later, the guarded pool (a mean in allocations). docs/DESIGN.md,
- * "Sampling".
+ * now and then: the heap profiler (HAKMEM_PROFILE, a mean in bytes) and
+ * the guarded pool (a mean in allocations). docs/DESIGN.md, "Sampling".
  *
  * Interface:
- *  - hm_sampler_enable(id, mean, in_bytes, serve) at start-up: each
- *    consumer has its own per-thread countdown, drawn from an exponential
- *    distribution of the given mean (bytes, or allocations), and a serve
- *    hook that allocates the sampled block itself (so that its free takes
- *    a path the consumer sees: the fast paths never look for samples).
- *  - The slab lane charges a whole free list at once when it installs one
- *    (hm_sample_list: returns the position of the first sampled malloc in
- *    it, where the heap cuts the list so that that malloc takes the slow
- *    path), then calls hm_sample_fire there. Every other lane (big slab
- *    classes, large blocks) calls hm_sample_one per allocation.
- *  - While the profiler is on (or the guard below HM_SAMPLE_LIGHT_MIN: else
- *    it charges lightly, below), hm_sample_active is set and the fast path
- *    goes to the slow path instead of swapping local_free in itself, so
- *    that every list handed out is charged (hm_slab_pop).
- *  - Both return a mask of the consumers that fired (bit id). */
+ *  - hm_sampler_enable(id, mean, in_bytes, serve) at start-up: the mean,
+ *    and a serve hook that allocates the sampled block itself (so that its
+ *    free takes a path the consumer sees: the fast paths never look for
+ *    samples).
+ *  - The slab lane: one countdown per class in the heap, for all consumers
+ *    (hm_sample_class_draw, hm_sample_class_fire), charged a list at a
+ *    time (heap.h, heap.c).
+ *  - Every other lane (big slab classes, large blocks): a per-thread
+ *    countdown per consumer, charged per allocation (hm_sample_one).
+ *  - Both give a mask of the consumers that fired (bit id). */
 #ifndef HAKMEM_SAMPLE_H
 #define HAKMEM_SAMPLE_H
 
@@ -40,17 +34,15 @@ __attribute__((visibility("hidden"))) extern bool hm_sample_active;
  * call (hm_sample_one). */
 __attribute__((visibility("hidden"))) extern bool hm_sample_any;
 /* The guarded pool alone, at a mean of HM_SAMPLE_LIGHT_MIN allocations or
- * more: hm_sample_active stays off and the slab lanes charge the guard's
- * countdown approximately, a list's length (its slab's free blocks) as the
- * fast path swaps it in or the slow path installs it; the malloc after the
- * countdown ran out is sampled (hm_sample_light_fire). docs/DESIGN.md,
- * "Guarded pool". */
+ * more: hm_sample_active stays off, so threads trade frees (whose pushes on
+ * the list in use are not charged). Else (the profiler on) it is set:
+ * threads do not trade, and hm_alloc_slow notes the caller (stacks from
+ * the cache, prof.c). docs/DESIGN.md, "Sampling", "Guarded pool". */
 __attribute__((visibility("hidden"))) extern bool hm_sample_light;
 #define HM_SAMPLE_LIGHT_MIN 1000
 
-/* Per thread: each consumer's countdown (INT64_MAX while it is off; 0
- * until drawn), and the classes whose next slow-path malloc is the sampled
- * one (the heap cut their list there). */
+/* Per thread: each consumer's countdown for the lanes charged per call
+ * (INT64_MAX while it is off; 0 until drawn). */
 struct hm_sample_tls {
   int64_t left[HM_SAMPLERS];
   size_t req; /* the request's size, while in hm_alloc_slow with sampling exact (0: unknown) */

@@ -101,6 +101,28 @@ static long rate(size_t n, int pc) {
   return hits;
 }
 
+/* rate_site: batches of K mallocs of n bytes, each batch freed before the
+ * next: the batch's first malloc (site A) finds its slab's free list empty
+ * and takes the blocks freed (the fast path's swap), the others pop them.
+ * Prints the pool's hits at A, then in all: sampling must not favour A. */
+static void rate_site(size_t n) {
+  enum { K = 64 };
+  void *b[K];
+  rate_rec = calloc(RATE_ITERS, sizeof *rate_rec);
+  long batches = RATE_ITERS / K, at_a = 0, all = 0;
+  for (long i = 0; i < batches; i++) {
+    for (int j = 0; j < K; j++) rate_rec[i * K + j] = (uintptr_t)(b[j] = malloc(n));
+    for (int j = 0; j < K; j++) free(b[j]);
+  }
+  uintptr_t base = pool_base();
+  for (long i = 0; i < batches * K; i++) {
+    int hit = base != 0 && rate_rec[i] >= base && rate_rec[i] < base + (8 << 20);
+    all += hit;
+    at_a += hit && i % K == 0;
+  }
+  printf("%ld %ld\n", at_a, all);
+}
+
 static volatile int handled;
 static void my_handler(int sig, siginfo_t *si, void *uc) {
   (void)si;
@@ -172,6 +194,9 @@ int main(int argc, char **argv) {
     free(p);
   } else if (strcmp(c, "rate") == 0 || strcmp(c, "rate_pc") == 0) {
     printf("%ld\n", rate(n, c[4] == '_'));
+    return 0;
+  } else if (strcmp(c, "rate_site") == 0) {
+    rate_site(n);
     return 0;
   } else if (strcmp(c, "usable") == 0) { /* the bytes up to the usable size are the program's */
     char *p = placed(n, 1, how), *q = placed(n, 0, how);
