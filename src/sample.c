@@ -10,11 +10,13 @@ bool hm_sampler_in_bytes[HM_SAMPLERS];
 hm_sample_serve_fn hm_sampler_serve[HM_SAMPLERS];
 static uint64_t sampler_mean[HM_SAMPLERS];
 static unsigned enabled_mask;
+static double per_alloc_lambda[HM_SAMPLERS]; /* a consumer in allocations: -ln(1 - 1 / mean) */
 /* (left: 0 until drawn; a consumer that is off stays at INT64_MAX once seen) */
 __thread struct hm_sample_tls hm_sample_tls __attribute__((tls_model("initial-exec")));
 
 void hm_sampler_enable(unsigned id, uint64_t mean, bool in_bytes, hm_sample_serve_fn serve) {
   sampler_mean[id] = mean == 0 ? 1 : mean;
+  per_alloc_lambda[id] = sampler_mean[id] <= 1 ? 1e300 : -hm_log(1.0 - 1.0 / (double)sampler_mean[id]);
   hm_sampler_in_bytes[id] = in_bytes;
   hm_sampler_serve[id] = serve;
   enabled_mask |= 1u << id;
@@ -120,9 +122,7 @@ unsigned hm_sample_fire(size_t size) {
  * sample with probability 1 - exp(-lambda) (bs / mean in bytes; 1 / mean
  * in allocations: lambda = -ln(1 - 1 / mean), infinite for mean 1). */
 static double lambda(unsigned id, uint32_t bs) {
-  if (hm_sampler_in_bytes[id]) return (double)bs / (double)sampler_mean[id];
-  if (sampler_mean[id] <= 1) return 1e300;
-  return -hm_log(1.0 - 1.0 / (double)sampler_mean[id]);
+  return hm_sampler_in_bytes[id] ? (double)bs / (double)sampler_mean[id] : per_alloc_lambda[id];
 }
 
 int64_t hm_sample_class_draw(uint32_t bs) {
