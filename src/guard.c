@@ -293,16 +293,30 @@ static grec_t *rec_at(uintptr_t a) {
 /* What malloc_usable_size says: what a block of the size class would. */
 static size_t usable(size_t n) { return (n + 15) & ~(size_t)15; }
 
-/* The pattern around the block, intact? (k: where it is not) */
+/* The first byte of [q, e) that is not the pattern, or NULL (8 at a time:
+ * byte by byte, this was a third of a sample's cost). */
+static const unsigned char *not_pattern(const unsigned char *q, const unsigned char *e) {
+  const uint64_t w = 0x0101010101010101ULL * PATTERN;
+  for (; q < e && ((uintptr_t)q & 7) != 0; q++)
+    if (*q != PATTERN) return q;
+  for (uint64_t v; q + 8 <= e; q += 8) {
+    memcpy(&v, q, 8);
+    if (v != w) break;
+  }
+  for (; q < e; q++)
+    if (*q != PATTERN) return q;
+  return NULL;
+}
+
+/* The pattern around the block, intact? (bad: where it is not) */
 static bool slack_ok(const grec_t *g, uintptr_t *bad) {
   const unsigned char *s = (const unsigned char *)area + (size_t)g->page * HM_PAGE_SIZE;
   const unsigned char *e = s + (size_t)g->npages * HM_PAGE_SIZE, *p = (const unsigned char *)g->p;
-  for (const unsigned char *q = s; q < p; q++)
-    if (*q != PATTERN) return *bad = (uintptr_t)q, false;
   /* (up to the usable size, the bytes are the program's once it asked) */
-  for (const unsigned char *q = p + (g->asked ? usable(g->n) : g->n); q < e; q++)
-    if (*q != PATTERN) return *bad = (uintptr_t)q, false;
-  return true;
+  const unsigned char *q = not_pattern(s, p);
+  if (q == NULL) q = not_pattern(p + (g->asked ? usable(g->n) : g->n), e);
+  if (q != NULL) *bad = (uintptr_t)q;
+  return q == NULL;
 }
 
 static void misuse_end(void) {
