@@ -275,8 +275,8 @@ static void *guard_serve(unsigned fired, size_t n, size_t align, size_t charged)
     int depth = hm_stack_capture_at(hm_sample_tls.caller_ra, hm_sample_tls.caller_cfa, pcs, HM_STACK_MAX);
     void *p = pool_alloc(m, align, pcs, depth);
     if (p != NULL) return p;
-    /* (and the slab lane's, per class in the heap, when the guard samples alone) */
     hm_sample_tls.left[HM_SAMPLER_GUARD] = BACKOFF;
+    /* (and the slab lane's, per class in the heap, when the guard samples alone) */
     if (hm_sample_light && hm_tls_heap != &hm_empty_heap)
       for (unsigned c = 0; c < NUM_CLASSES; c++)
         if (hm_tls_heap->sample_left[c] < BACKOFF) hm_tls_heap->sample_left[c] = BACKOFF;
