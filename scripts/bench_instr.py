@@ -18,6 +18,7 @@ allocator's code is what runs; the script checks that the allocator's library
 shows up in the profile and warns if it does not.
 
   python3 scripts/bench_instr.py --build build [--iters N] [--ws 400,40000]
+      [--variant NAME=LIB[,VAR=VALUE...]]...   (e.g. an option's cost)
 """
 
 import argparse
@@ -113,6 +114,9 @@ def main():
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="profiles run in parallel")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--out", default=os.path.join(REPO, "results"))
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=LIB[,VAR=VALUE...]",
+                    help="one more row: LIB preloaded with these variables (e.g. "
+                         "on=build/libhakmem.so,HAKMEM_PROFILE=/tmp/p.pb.gz); repeatable")
     args = ap.parse_args()
 
     if not shutil.which("valgrind") or not shutil.which("callgrind_annotate"):
@@ -131,6 +135,12 @@ def main():
     allocs, notes = bench.discover_allocators(build, wanted)
     for n in notes:
         log("note: " + n)
+    for v in args.variant:
+        name, _, rest = v.partition("=")
+        lib, *kvs = rest.split(",")
+        env = {"LD_PRELOAD": os.path.abspath(lib)}
+        env.update(kv.split("=", 1) for kv in kvs)
+        allocs.append((name, env, None))
     names = [TRIVIAL] + [a[0] for a in allocs]
 
     jobs = []
