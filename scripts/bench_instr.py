@@ -19,6 +19,12 @@ shows up in the profile and warns if it does not.
 
   python3 scripts/bench_instr.py --build build [--iters N] [--ws 400,40000]
       [--variant NAME=LIB[,VAR=VALUE...]]...   (e.g. an option's cost)
+
+--programs tiny,shbench,larson instead counts whole programs (PROGRAMS below:
+`make bench`'s workloads, shorter, shbench on one thread): Ir/op is the
+whole run's count over the program's `ops:`, loop and start-up included, and
+the ratio is hakmem's to the lowest other allocator's.  (larson runs for a
+fixed time, so its operation count differs from allocator to allocator.)
 """
 
 import argparse
@@ -43,6 +49,13 @@ TRIVIAL = "trivial"
 EXPECT_OBJECT = {"glibc": "libc.so", "hakmem": "libhakmem", "hakmem-libc": "libhakmem",
                  "mimalloc": "libmimalloc", "jemalloc": "libjemalloc", "tcmalloc": "libtcmalloc",
                  "mimalloc-v2": "libmimalloc", "mimalloc-v3": "libmimalloc", "snmalloc": "libsnmallocshim"}
+
+
+# --programs: name -> (binary in BUILD/bench, arguments)
+PROGRAMS = {"tiny": ("bench_tiny", ["400"]),
+            "shbench": ("bench_shbench", ["1", "20000", "64", "42"]),
+            "larson": ("larson", ["2", "16", "1024", "1.0", "1000", "100", "42"]),
+            "random_mixed_ws8192": ("bench_random_mixed", ["2000000", "8192", "42"])}
 
 
 def log(msg=""):
@@ -103,6 +116,45 @@ def callgrind(binary, args, env_add, cache_sim, timeout):
     return res
 
 
+def programs_main(args, bindir, allocs):
+    """--programs: whole-program Ir/op of each program under each allocator."""
+    progs = [p.strip() for p in args.programs.split(",") if p.strip()]
+    for p in progs:
+        if p not in PROGRAMS:
+            sys.exit("unknown program %s (known: %s)" % (p, ", ".join(PROGRAMS)))
+    jobs = [(p, name, os.path.join(bindir, PROGRAMS[p][0]), PROGRAMS[p][1], env)
+            for p in progs for name, env, _ in allocs]
+    log("callgrind: %s under %d allocators, %d profiles, %d at a time"
+        % (", ".join(progs), len(allocs), len(jobs), args.jobs))
+    res = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
+        futs = {ex.submit(callgrind, b, a, e, args.cache_sim, args.timeout): (p, n) for p, n, b, a, e in jobs}
+        for f in concurrent.futures.as_completed(futs):
+            p, n = futs[f]
+            r = f.result()
+            res[(p, n)] = None if "error" in r else r["total_ir"] / r["ops"]
+            log("%-20s %-12s %s" % (p, n, r["error"] if "error" in r else "%.1f Ir/op" % res[(p, n)]))
+    names = [a[0] for a in allocs]
+    hdr = ["program"] + names + ["hakmem / lowest other"]
+    lines = ["| " + " | ".join(hdr) + " |", "|---|" + "---:|" * (len(hdr) - 1)]
+    for p in progs:
+        others = [res[(p, n)] for n in names if n != "hakmem" and res.get((p, n)) is not None]
+        hk = res.get((p, "hakmem"))
+        ratio = "%.2fx" % (hk / min(others)) if hk is not None and others else "-"
+        lines.append("| " + " | ".join([p] + ["-" if res.get((p, n)) is None else "%.1f" % res[(p, n)]
+                                              for n in names] + [ratio]) + " |")
+    log("")
+    log("Whole-program instructions per operation (callgrind; lower is better)")
+    for ln in lines:
+        log(ln)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "instr_programs.md"), "w") as fh:
+        fh.write("callgrind, whole programs, commit %s, %s.\n\n" % (bench.git_commit(),
+                 datetime.datetime.now().isoformat(timespec="seconds")))
+        fh.write("\n".join(lines) + "\n")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")
@@ -117,6 +169,7 @@ def main():
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=LIB[,VAR=VALUE...]",
                     help="one more row: LIB preloaded with these variables (e.g. "
                          "on=build/libhakmem.so,HAKMEM_PROFILE=/tmp/p.pb.gz); repeatable")
+    ap.add_argument("--programs", default="", help="comma list of PROGRAMS to count whole instead (e.g. tiny,shbench)")
     args = ap.parse_args()
 
     if not shutil.which("valgrind") or not shutil.which("callgrind_annotate"):
@@ -141,6 +194,8 @@ def main():
         env = {"LD_PRELOAD": os.path.abspath(lib)}
         env.update(kv.split("=", 1) for kv in kvs)
         allocs.append((name, env, None))
+    if args.programs:
+        return programs_main(args, bindir, allocs)
     names = [TRIVIAL] + [a[0] for a in allocs]
 
     jobs = []

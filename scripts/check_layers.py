@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 LAYERS = [
-    ("base", ["line", "error", "options", "cgroup", "random", "registry", "sizeclass", "stack"]),
+    ("base", ["line", "lock", "error", "options", "cgroup", "random", "registry", "sizeclass", "stack"]),
     ("OS", ["os"]),
     ("blocks", ["secure"]),
     ("policy", ["policy", "counters", "sample"]),

@@ -100,9 +100,9 @@ static size_t release_cached_locked(void) {
 }
 
 size_t hm_backend_release_cached(void) {
-  pthread_mutex_lock(&backend_lock);
+  hm_mutex_lock(&backend_lock);
   size_t bytes = release_cached_locked();
-  pthread_mutex_unlock(&backend_lock);
+  hm_mutex_unlock(&backend_lock);
   return bytes;
 }
 
@@ -155,14 +155,14 @@ static void add_region(char *base, size_t len) {
 
 superslab_t *hm_backend_ss_alloc(void) {
   superslab_t *ss = NULL;
-  pthread_mutex_lock(&backend_lock);
+  hm_mutex_lock(&backend_lock);
   if (cache_n != 0) {
     cached_t e = cache[--cache_n];
     if (cache_clean > cache_n) cache_clean = cache_n;
     atomic_fetch_sub_explicit(&cache_resident, SS_SIZE - e.purged, memory_order_relaxed);
     ss = e.ss;
     hm_reg_set((uintptr_t)ss, REG_SS);
-    pthread_mutex_unlock(&backend_lock);
+    hm_mutex_unlock(&backend_lock);
     if (e.purged == SS_SIZE) hm_purge_regret(e.since_ns, hm_now_ns());
     /* what was given back is counted as committed again once handed out */
     hm_os_purged_sub(e.purged);
@@ -193,7 +193,7 @@ superslab_t *hm_backend_ss_alloc(void) {
     hm_reg_set((uintptr_t)ss, REG_SS);
     atomic_fetch_add_explicit(&n_ss_alloc, 1, memory_order_relaxed);
   }
-  pthread_mutex_unlock(&backend_lock);
+  hm_mutex_unlock(&backend_lock);
   return ss;
 }
 
@@ -214,18 +214,18 @@ void hm_backend_ss_free(superslab_t *ss) {
   size_t was_purged = hm_purge_ss_leave(ss);
   uint64_t now = hm_now_ns();
   atomic_fetch_add_explicit(&n_ss_free, 1, memory_order_relaxed);
-  pthread_mutex_lock(&backend_lock);
+  hm_mutex_lock(&backend_lock);
   if (!cache_reserve_locked()) {
     hm_reg_set((uintptr_t)ss, REG_NONE);
     hm_os_unmap(ss, SS_SIZE);
-    pthread_mutex_unlock(&backend_lock);
+    hm_mutex_unlock(&backend_lock);
     hm_os_purged_sub(was_purged);
     return;
   }
   cache[cache_n++] = (cached_t){ss, now, was_purged};
   atomic_fetch_add_explicit(&cache_resident, SS_SIZE - was_purged, memory_order_relaxed);
   hm_reg_set((uintptr_t)ss, REG_SS_CACHED);
-  pthread_mutex_unlock(&backend_lock);
+  hm_mutex_unlock(&backend_lock);
   if (hm_purge_unused_now(now)) {
     uint64_t next = UINT64_MAX;
     hm_backend_purge_cached(now, 0, SIZE_MAX, &next);
@@ -235,7 +235,7 @@ void hm_backend_ss_free(superslab_t *ss) {
 size_t hm_backend_purge_cached(uint64_t now, uint64_t delay_ns, size_t budget, uint64_t *next_due) {
   cached_t batch[PURGE_BATCH];
   size_t k = 0, bytes = 0;
-  pthread_mutex_lock(&backend_lock);
+  hm_mutex_lock(&backend_lock);
   size_t i = cache_clean;
   while (i < cache_n && k < PURGE_BATCH && bytes < budget && cache[i].since_ns + delay_ns <= now) {
     bytes += SS_SIZE - cache[i].purged;
@@ -247,14 +247,14 @@ size_t hm_backend_purge_cached(uint64_t now, uint64_t delay_ns, size_t budget, u
     if (due < *next_due) *next_due = due;
   }
   if (k == 0) {
-    pthread_mutex_unlock(&backend_lock);
+    hm_mutex_unlock(&backend_lock);
     return 0;
   }
   /* Out of the cache while the OS works, so that nobody reuses them. */
   memmove(cache + cache_clean, cache + i, (cache_n - i) * sizeof *cache);
   cache_n -= k;
   atomic_fetch_sub_explicit(&cache_resident, bytes, memory_order_relaxed);
-  pthread_mutex_unlock(&backend_lock);
+  hm_mutex_unlock(&backend_lock);
 
   sort_by_address(batch, k);
   for (size_t j = 0; j < k;) {
@@ -269,7 +269,7 @@ size_t hm_backend_purge_cached(uint64_t now, uint64_t delay_ns, size_t budget, u
     batch[j].since_ns = done;
   }
 
-  pthread_mutex_lock(&backend_lock);
+  hm_mutex_lock(&backend_lock);
   for (size_t j = 0; j < k; j++) {
     if (!cache_reserve_locked()) { /* no metadata: give the rest back whole */
       for (; j < k; j++) {
@@ -284,12 +284,12 @@ size_t hm_backend_purge_cached(uint64_t now, uint64_t delay_ns, size_t budget, u
     cache[cache_clean++] = batch[j];
     cache_n++;
   }
-  pthread_mutex_unlock(&backend_lock);
+  hm_mutex_unlock(&backend_lock);
   return bytes;
 }
 
 void hm_backend_for_each_ss(bool (*fn)(superslab_t *ss, void *arg), void *arg) {
-  pthread_mutex_lock(&backend_lock);
+  hm_mutex_lock(&backend_lock);
   for (size_t r = 0; r < region_n; r++) {
     for (size_t off = 0; off < regions[r].len; off += SS_SIZE) {
       char *c = regions[r].base + off;
@@ -298,7 +298,7 @@ void hm_backend_for_each_ss(bool (*fn)(superslab_t *ss, void *arg), void *arg) {
     }
   }
 out:
-  pthread_mutex_unlock(&backend_lock);
+  hm_mutex_unlock(&backend_lock);
 }
 
 void hm_backend_ss_counts(struct hm_ss_counts *out) {
@@ -340,50 +340,50 @@ static void *meta_alloc_locked(size_t size) {
 }
 
 void *hm_meta_alloc(size_t size) {
-  pthread_mutex_lock(&backend_lock);
+  hm_mutex_lock(&backend_lock);
   void *r = meta_alloc_locked(size);
-  pthread_mutex_unlock(&backend_lock);
+  hm_mutex_unlock(&backend_lock);
   return r;
 }
 
 /* The registry tells which chunks between the bounds are SuperSlabs still
  * mapped; the lock keeps release_cached_locked from unmapping one meanwhile. */
 void hm_backend_walk_ss(void (*fn)(superslab_t *ss, void *arg), void *arg) {
-  pthread_mutex_lock(&backend_lock);
+  hm_mutex_lock(&backend_lock);
   for (uintptr_t a = ss_lo; a <= ss_hi && ss_lo != UINTPTR_MAX; a += SS_SIZE)
     if (hm_reg_kind(a) == REG_SS) fn((superslab_t *)a, arg);
-  pthread_mutex_unlock(&backend_lock);
+  hm_mutex_unlock(&backend_lock);
 }
 
 size_t hm_backend_cached_bytes(void) {
-  pthread_mutex_lock(&backend_lock);
+  hm_mutex_lock(&backend_lock);
   size_t bytes = (size_t)(region_end - region_cur);
   bytes += cache_n * SS_SIZE;
-  pthread_mutex_unlock(&backend_lock);
+  hm_mutex_unlock(&backend_lock);
   return bytes;
 }
 
 /* Resident bytes of the cached empty SuperSlabs. */
 size_t hm_backend_cached_resident_now(void) {
-  pthread_mutex_lock(&backend_lock);
+  hm_mutex_lock(&backend_lock);
   size_t bytes = 0;
   for (size_t i = 0; i < cache_n; i++) bytes += hm_os_resident(cache[i].ss, SS_SIZE);
-  pthread_mutex_unlock(&backend_lock);
+  hm_mutex_unlock(&backend_lock);
   return bytes;
 }
 
 size_t hm_backend_meta_resident(int fd) {
   size_t bytes = 0;
-  pthread_mutex_lock(&backend_lock);
+  hm_mutex_lock(&backend_lock);
   for (meta_chunk_t *m = meta_chunks; m != NULL; m = m->next) bytes += hm_os_resident_fd(fd, m, m->len);
-  pthread_mutex_unlock(&backend_lock);
+  hm_mutex_unlock(&backend_lock);
   return bytes;
 }
 
 size_t hm_backend_reserve_resident(int fd) {
-  pthread_mutex_lock(&backend_lock);
+  hm_mutex_lock(&backend_lock);
   size_t bytes = region_cur != region_end ? hm_os_resident_fd(fd, region_cur, (size_t)(region_end - region_cur)) : 0;
-  pthread_mutex_unlock(&backend_lock);
+  hm_mutex_unlock(&backend_lock);
   return bytes;
 }
 

@@ -64,9 +64,47 @@ static void explain_ss(superslab_t *ss, void *arg) {
   }
 }
 
+/* The live samples (prof.c), weighted: the bytes asked for and the usable
+ * bytes the lanes give for them (the class size; above the pool, the
+ * sampled block's own, as it came from the large lane); and, unweighted,
+ * the resident bytes the sampled blocks take beyond that (each is a large
+ * block: a page at least; a span in secure builds). The profiler's lock
+ * is held: a sampled block is not freed meanwhile (hm_prof_freed first). */
+struct est {
+  int fd;
+  double requested, usable;
+  size_t own, n;
+};
+static void add_sample(const void *p, size_t n, double w, void *arg) {
+  struct est *s = arg;
+  size_t lu = hm_large_usable(p), u = n <= POOL_MAX ? hm_class_size[hm_size_class(n)] : lu;
+  uintptr_t a = (uintptr_t)p;
+  size_t r = res(s->fd, page_down(a), page_up(a + lu));
+  s->requested += w * (double)n;
+  s->usable += w * (double)u;
+  s->own += r > u ? r - u : 0;
+  s->n++;
+}
+
+/* Splits the blocks handed out into requested bytes and class rounding in
+ * the proportion the live samples show (a ratio estimate: exact for blocks
+ * of one size, whatever the number of samples), after setting apart the
+ * sampled blocks' own extra pages. */
+static void split_blocks(struct hm_explain *e, const struct est *s) {
+  e->live_samples = s->n;
+  if (s->n == 0 || s->usable <= 0) return;
+  e->sampled = s->own < e->blocks ? s->own : e->blocks;
+  size_t rest = e->blocks - e->sampled;
+  double r = (double)rest * (s->usable - s->requested) / s->usable + 0.5;
+  e->rounding = r <= 0 ? 0 : r >= (double)rest ? rest : (size_t)r;
+  e->requested = rest - e->rounding;
+}
+
 void hm_explain(struct hm_explain *e) {
   memset(e, 0, sizeof *e);
   struct walk w = {hm_os_pagemap_open(), e};
+  struct est samples = {.fd = w.fd};
+  e->profiling = hm_prof_live_each(add_sample, &samples); /* (before the walks: no lock held) */
   e->pagemap = w.fd >= 0;
   hm_backend_walk_ss(explain_ss, &w);
   /* foreign caches: their blocks count as handed out in their slabs */
@@ -86,6 +124,7 @@ void hm_explain(struct hm_explain *e) {
   if (w.fd >= 0) close(w.fd);
 
   e->blocks = e->blocks_pool + e->blocks_large;
+  split_blocks(e, &samples);
   e->thread_caches = e->foreign + e->empty_slabs;
   e->unused = e->unused_slabs + e->unused_superslabs + e->unused_reserve + e->unused_packs;
   e->metadata = e->meta_headers + e->meta_packs + e->meta_chunks + e->meta_registry;

@@ -493,7 +493,7 @@ static bool ss_can_serve(superslab_t *ss, unsigned c) {
 
 /* Take over a SuperSlab left by an exited thread, one that can serve c. */
 static bool heap_adopt(heap_t *h, unsigned kind, unsigned c) {
-  pthread_mutex_lock(&heap_lock);
+  hm_mutex_lock(&heap_lock);
   superslab_t **link = &abandoned[kind], *ss;
   unsigned seen = 0;
   while ((ss = *link) != NULL && !ss_can_serve(ss, c)) {
@@ -504,7 +504,7 @@ static bool heap_adopt(heap_t *h, unsigned kind, unsigned c) {
     link = &ss->next;
   }
   if (ss != NULL) *link = ss->next;
-  pthread_mutex_unlock(&heap_lock);
+  hm_mutex_unlock(&heap_lock);
   if (ss == NULL) return false;
   HM_ASSERT(atomic_load(&ss->owner) == NULL);
   HM_STAT_REFILL(h, HM_REFILL_ADOPT, 0);
@@ -824,16 +824,16 @@ static void heap_reset(heap_t *h) {
 static heap_t *heap_for_thread(void) {
   hm_ensure_init();
   if (hm_force_libc) return NULL;
-  pthread_mutex_lock(&heap_lock);
+  hm_mutex_lock(&heap_lock);
   heap_t *h = heap_pool;
   if (h != NULL) heap_pool = h->next_free;
-  pthread_mutex_unlock(&heap_lock);
+  hm_mutex_unlock(&heap_lock);
   if (h == NULL) {
     if ((h = hm_meta_alloc(sizeof(heap_t))) == NULL) return NULL;
-    pthread_mutex_lock(&heap_lock);
+    hm_mutex_lock(&heap_lock);
     h->all_next = all_heaps;
     all_heaps = h;
-    pthread_mutex_unlock(&heap_lock);
+    hm_mutex_unlock(&heap_lock);
 #if HM_FAST_COUNTERS
     hm_stats_heap_new(h);
 #endif
@@ -1141,16 +1141,16 @@ void hm_heap_thread_exit(heap_t *h) {
     /* Its blocks go straight back from now on, not into foreign caches
      * (hm_free_foreign): free pushes them on the stand-in. */
     for (unsigned i = 0; i < ss->nslabs; i++) __atomic_store_n(&ss->shape[i].fc_off, FC_STAND_IN, __ATOMIC_SEQ_CST);
-    pthread_mutex_lock(&heap_lock);
+    hm_mutex_lock(&heap_lock);
     ss->next = abandoned[ss->kind];
     abandoned[ss->kind] = ss;
-    pthread_mutex_unlock(&heap_lock);
+    hm_mutex_unlock(&heap_lock);
   }
   heap_reset(h);
-  pthread_mutex_lock(&heap_lock);
+  hm_mutex_lock(&heap_lock);
   h->next_free = heap_pool;
   heap_pool = h;
-  pthread_mutex_unlock(&heap_lock);
+  hm_mutex_unlock(&heap_lock);
   hm_purge_exit_end(unused_before); /* (the purger, if what this left unused wants it) */
 }
 
@@ -1158,7 +1158,7 @@ void hm_heap_thread_exit(heap_t *h) {
  * that became empty to the backend (malloc_trim). heap_lock keeps adopters
  * away; other threads only push on remote lists meanwhile. */
 void hm_heap_reclaim_abandoned(void) {
-  pthread_mutex_lock(&heap_lock);
+  hm_mutex_lock(&heap_lock);
   for (unsigned k = 0; k < NUM_KINDS; k++) {
     superslab_t **link = &abandoned[k], *ss;
     while ((ss = *link) != NULL) {
@@ -1186,7 +1186,7 @@ void hm_heap_reclaim_abandoned(void) {
       }
     }
   }
-  pthread_mutex_unlock(&heap_lock);
+  hm_mutex_unlock(&heap_lock);
 }
 
 /* Release class c's spare (untouched since it emptied), and its current
@@ -1312,7 +1312,7 @@ void hm_ss_resident(superslab_t *ss, size_t res[NUM_KINDS + 1]) {
 /* Read while the owners run: relaxed loads, a snapshot good to a block. */
 size_t hm_heap_foreign_bytes(size_t *heaps) {
   size_t bytes = 0, n = 0;
-  pthread_mutex_lock(&heap_lock);
+  hm_mutex_lock(&heap_lock);
   for (heap_t *h = all_heaps; h != NULL; h = h->all_next, n++) {
     for (unsigned c = 0; c < NUM_CLASSES; c++) {
       const slab_t *f = &h->foreign[c];
@@ -1320,7 +1320,7 @@ size_t hm_heap_foreign_bytes(size_t *heaps) {
       if (cap + 1 > used) bytes += (size_t)(cap + 1 - used) * hm_class_size[c]; /* used: room left + 1 */
     }
   }
-  pthread_mutex_unlock(&heap_lock);
+  hm_mutex_unlock(&heap_lock);
   *heaps = n;
   return bytes;
 }

@@ -9,6 +9,7 @@
 
 #include "types.h"
 #include "line.h"
+#include "lock.h"
 #include "sample.h"
 
 /* glibc's allocator, for HAKMEM_FORCE_LIBC_ALLOC=1 */
@@ -372,6 +373,10 @@ HM_HIDDEN bool hm_prof_freed(void *p); /* a large block freed: true if it was a 
 HM_HIDDEN void hm_prof_fork_prepare(void);
 HM_HIDDEN void hm_prof_fork_parent(void);
 HM_HIDDEN void hm_prof_fork_child(void);
+/* fn(block, requested bytes, weight) for each live sampled block (a large
+ * block), under the profiler's lock (the first in the order of docs/DESIGN.md,
+ * "Hooks"); false: profiling is off. */
+HM_HIDDEN bool hm_prof_live_each(void (*fn)(const void *p, size_t n, double weight, void *arg), void *arg);
 
 /* explain.c: hakmem's resident memory explained, every part read from
  * pagemap over the ranges hakmem maps, so that the parts add up to the
@@ -384,6 +389,10 @@ struct hm_explain {
   size_t unused_slabs, unused_superslabs, unused_reserve, unused_packs; /* unused */
   size_t meta_headers, meta_packs, meta_chunks, meta_registry;          /* metadata */
   size_t heaps;                          /* thread heaps made */
+  /* of blocks, with profiling on and live samples (else 0): blocks =
+   * requested + rounding + sampled (docs/USING.md, "Statistics") */
+  size_t requested, rounding, sampled, live_samples;
+  bool profiling;
   bool pagemap;                          /* false: mincore (shared zero pages count) */
 };
 HM_HIDDEN void hm_explain(struct hm_explain *e);

@@ -169,18 +169,18 @@ static void *leaf_pop(void **chain) {
 static bool leaves_claim(leaves_t *l, size_t want) {
   l->chain = NULL;
   l->n = 0;
-  pthread_mutex_lock(&large_lock);
+  hm_mutex_lock(&large_lock);
   while (l->n < want && spare_leaves != NULL) {
     leaf_push(&l->chain, leaf_pop(&spare_leaves));
     l->n++;
   }
-  pthread_mutex_unlock(&large_lock);
+  hm_mutex_unlock(&large_lock);
   while (l->n < want) {
     void *leaf = hm_meta_alloc(LEAF_BYTES); /* fresh metadata memory reads zero */
     if (leaf == NULL) {
-      pthread_mutex_lock(&large_lock);
+      hm_mutex_lock(&large_lock);
       while (l->chain != NULL) leaf_push(&spare_leaves, leaf_pop(&l->chain));
-      pthread_mutex_unlock(&large_lock);
+      hm_mutex_unlock(&large_lock);
       return false;
     }
     leaf_push(&l->chain, leaf);
@@ -751,12 +751,12 @@ static char *gather(piece_t *pieces, unsigned np, size_t n, size_t len) {
   }
   span_t *list = NULL;
   uint64_t now = hm_now_ns();
-  pthread_mutex_lock(&large_lock);
+  hm_mutex_lock(&large_lock);
   leaves_install(p, len, &l);
   if (p != NULL) span_record(p, len, SPAN_USED)->dirty = max_sz(dirty, page_round(n + HM_GUARD_SIZE));
   for (unsigned i = 0; i < np; i++)
     if (pieces[i].len != 0) piece_return(&pieces[i], now, &list);
-  pthread_mutex_unlock(&large_lock);
+  hm_mutex_unlock(&large_lock);
   unmap_list(list);
   return p;
 }
@@ -770,7 +770,7 @@ static void *span_take(size_t n, size_t asked_align, bool *fresh) {
   size_t len = span_len_for(n + HM_GUARD_SIZE);
   span_t *list = NULL, *s = NULL;
   uint64_t now = hm_now_ns();
-  pthread_mutex_lock(&large_lock);
+  hm_mutex_lock(&large_lock);
   size_t need = page_round(n + HM_GUARD_SIZE);
   last_alloc_ns = now;
   if (align <= SS_SIZE) s = cache_take(len, need, align, now, &list);
@@ -787,7 +787,7 @@ static void *span_take(size_t n, size_t asked_align, bool *fresh) {
   piece_t pieces[LARGE_GATHER_MAX];
   unsigned np = 0;
   if (s == NULL && align == HM_PAGE_SIZE && len > LARGE_PIECES_MIN) np = cache_take_pieces(len, &s, pieces);
-  pthread_mutex_unlock(&large_lock);
+  hm_mutex_unlock(&large_lock);
   unmap_list(list);
   list = NULL;
   if (np > 1) {
@@ -823,14 +823,14 @@ static void *span_take(size_t n, size_t asked_align, bool *fresh) {
     err = ENOMEM;
   }
   if (p != NULL) atomic_fetch_add_explicit(&mapped_bytes, map, memory_order_relaxed);
-  pthread_mutex_lock(&large_lock);
+  hm_mutex_lock(&large_lock);
   leaves_install(p, map, &l);
   if (p != NULL) {
     s = span_record(p, map, SPAN_USED); /* (the rest of a refill is clean: dirty 0) */
     if (map > len) span_split(s, len, hm_now_ns(), &list);
     s->dirty = need;
   }
-  pthread_mutex_unlock(&large_lock);
+  hm_mutex_unlock(&large_lock);
   unmap_list(list);
   if (p == NULL) return fail_refused(had_cache, n, asked_align, err);
   guard_on(s);
@@ -960,20 +960,20 @@ void *hm_large_chunk_take(bool *fresh) {
 }
 
 void hm_large_chunk_give(void *chunk) {
-  pthread_mutex_lock(&large_lock);
+  hm_mutex_lock(&large_lock);
   hm_reg_set((uintptr_t)chunk, REG_LARGE_HEAD); /* a span again */
-  pthread_mutex_unlock(&large_lock);
+  hm_mutex_unlock(&large_lock);
   large_free(chunk);
 }
 
 static void large_free(void *p) {
   span_t *list = NULL;
   uint64_t now = hm_now_ns();
-  pthread_mutex_lock(&large_lock);
+  hm_mutex_lock(&large_lock);
   span_t *s = span_at(p, SPAN_USED);
   if (s == NULL) {
     bool twice = span_at(p, SPAN_CACHED) != NULL || span_at(p, SPAN_PURGING) != NULL;
-    pthread_mutex_unlock(&large_lock);
+    hm_mutex_unlock(&large_lock);
     if (twice)
       hm_report_double(p, HM_OP_FREE, "large block already freed");
     else
@@ -982,7 +982,7 @@ static void large_free(void *p) {
   }
   cache_decay(now);
   cache_put(s, now, false, &list);
-  pthread_mutex_unlock(&large_lock);
+  hm_mutex_unlock(&large_lock);
   unmap_list(list);
   hm_purge_note_idle(now); /* a purge step gives back the pages of spans left idle (hm_large_purge) */
 }
@@ -1003,9 +1003,9 @@ size_t hm_large_usable_live(const void *p, unsigned kind) {
 
 bool hm_large_is_freed(const void *p) {
   if (packed(p)) return hm_pack_is_freed(p);
-  pthread_mutex_lock(&large_lock);
+  hm_mutex_lock(&large_lock);
   bool freed = span_at(p, SPAN_CACHED) != NULL || span_at(p, SPAN_PURGING) != NULL;
-  pthread_mutex_unlock(&large_lock);
+  hm_mutex_unlock(&large_lock);
   return freed;
 }
 
@@ -1014,7 +1014,7 @@ size_t hm_large_release(uint64_t min_idle_ns) {
   size_t packed_bytes = min_idle_ns == 0 ? hm_pack_release() : 0;
   span_t *list = NULL;
   uint64_t now = hm_now_ns();
-  pthread_mutex_lock(&large_lock);
+  hm_mutex_lock(&large_lock);
   for (unsigned k = 1; k <= LARGE_BUCKETS; k++) {
     /* oldest first; an idle release leaves clean spans (the never used
      * rest of a refill, or given back by a purge step): unmapping them
@@ -1025,19 +1025,19 @@ size_t hm_large_release(uint64_t min_idle_ns) {
       if (min_idle_ns == 0 || s->dirty != 0) doom(s, &list);
     }
   }
-  pthread_mutex_unlock(&large_lock);
+  hm_mutex_unlock(&large_lock);
   return packed_bytes + unmap_list(list);
 }
 
 void hm_large_resident(size_t res[3]) {
-  pthread_mutex_lock(&large_lock);
+  hm_mutex_lock(&large_lock);
   for (size_t d = 0; d < DIR_SIZE; d++) {
     span_t *leaf = atomic_load_explicit(&dir[d], memory_order_acquire);
     for (size_t i = 0; leaf != NULL && i <= LEAF_MASK; i++)
       if (leaf[i].state != SPAN_NONE && !packed(leaf[i].base))
         res[leaf[i].state == SPAN_CACHED] += hm_os_resident(leaf[i].base, leaf[i].len);
   }
-  pthread_mutex_unlock(&large_lock);
+  hm_mutex_unlock(&large_lock);
   hm_pack_resident(&res[2]);
 }
 
@@ -1049,14 +1049,14 @@ size_t hm_large_cached_dirty(void) {
 }
 
 void hm_large_explain(int fd, size_t res[5]) {
-  pthread_mutex_lock(&large_lock);
+  hm_mutex_lock(&large_lock);
   for (size_t d = 0; d < DIR_SIZE; d++) {
     span_t *leaf = atomic_load_explicit(&dir[d], memory_order_acquire);
     for (size_t i = 0; leaf != NULL && i <= LEAF_MASK; i++)
       if (leaf[i].state != SPAN_NONE && !packed(leaf[i].base))
         res[leaf[i].state == SPAN_USED ? 0 : 1] += hm_os_resident_fd(fd, leaf[i].base, leaf[i].len);
   }
-  pthread_mutex_unlock(&large_lock);
+  hm_mutex_unlock(&large_lock);
   hm_pack_explain(fd, &res[2]);
 }
 
@@ -1065,14 +1065,14 @@ size_t hm_large_cached_clean(void) { return atomic_load_explicit(&cache_clean, m
 size_t hm_large_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due) {
   span_t *list = NULL;
   size_t bytes = 0;
-  pthread_mutex_lock(&large_lock);
+  hm_mutex_lock(&large_lock);
   /* An idle purge waits until the lane itself has been idle that long:
    * a working set of large blocks that swings leaves the spans of its
    * deepest troughs unused for seconds between its peaks, and they are
    * wanted again (the syscall budget with blocks up to 1 and 4 MiB). */
   if (min_idle_ns != 0 && last_alloc_ns + min_idle_ns > now) {
     if (last_alloc_ns + min_idle_ns < *next_due && cache_bytes != 0) *next_due = last_alloc_ns + min_idle_ns;
-    pthread_mutex_unlock(&large_lock);
+    hm_mutex_unlock(&large_lock);
     return 0;
   }
   /* Oldest first, mostly (a purged span goes to the end of its list, a
@@ -1097,9 +1097,9 @@ size_t hm_large_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_
       list = s;
     }
   }
-  pthread_mutex_unlock(&large_lock);
+  hm_mutex_unlock(&large_lock);
   for (span_t *s = list; s != NULL; s = s->next) hm_os_purge(s->base, s->dirty);
-  pthread_mutex_lock(&large_lock);
+  hm_mutex_lock(&large_lock);
   while (list != NULL) {
     span_t *s = list;
     list = s->next;
@@ -1108,7 +1108,7 @@ size_t hm_large_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_
     cache_push_oldest(s);
   }
   cache_check();
-  pthread_mutex_unlock(&large_lock);
+  hm_mutex_unlock(&large_lock);
   return bytes;
 }
 
@@ -1145,14 +1145,14 @@ static void *large_grow(span_t *s, size_t n, size_t len, bool keep) {
   char *p = s->base;
   size_t old = s->len, need = page_round(n + HM_GUARD_SIZE);
   span_t *list = NULL;
-  pthread_mutex_lock(&large_lock);
+  hm_mutex_lock(&large_lock);
   bool done = grow_into_neighbours(s, len, hm_now_ns(), &list);
   if (done) s->dirty = max_sz(s->dirty, need);
   bool had_cache = cache_bytes != 0;
   /* in place only where nothing of ours follows */
   uintptr_t end = (uintptr_t)(p + old);
   bool next_free = (end & SS_MASK) != 0 ? !span_starts(p + old) : hm_reg_kind(end) == REG_NONE;
-  pthread_mutex_unlock(&large_lock);
+  hm_mutex_unlock(&large_lock);
   unmap_list(list);
   if (done) return p; /* (absorb_run lifted the guard page) */
   /* (leaves claimed for the range in hand first: an allocation of leaves
@@ -1162,36 +1162,36 @@ static void *large_grow(span_t *s, size_t n, size_t len, bool keep) {
   guard_lift(s); /* its end moves; and mremap takes only a range of one mapping */
   if (next_free && hm_os_remap(p, old, len, false) != NULL) {
     atomic_fetch_add_explicit(&mapped_bytes, len - old, memory_order_relaxed);
-    pthread_mutex_lock(&large_lock);
+    hm_mutex_lock(&large_lock);
     leaves_install(p, len, &l);
     s->len = len;
     s->dirty = max_sz(s->dirty, need);
     reg_mark(s);
-    pthread_mutex_unlock(&large_lock);
+    hm_mutex_unlock(&large_lock);
     return p;
   }
   /* Move: the OS moves the pages, nothing is copied. The span leaves the
    * registry first, so that nothing of ours claims the range it vacates. */
-  pthread_mutex_lock(&large_lock);
+  hm_mutex_lock(&large_lock);
   leaves_install(NULL, 0, &l);
-  pthread_mutex_unlock(&large_lock);
+  hm_mutex_unlock(&large_lock);
   if (!leaves_claim(&l, leaves_for(len))) return keep ? fail_refused(had_cache, n, 0, ENOMEM) : NULL;
-  pthread_mutex_lock(&large_lock);
+  hm_mutex_lock(&large_lock);
   size_t dirty = s->dirty;
   s->state = SPAN_NONE;
   reg_unmark(s);
-  pthread_mutex_unlock(&large_lock);
+  hm_mutex_unlock(&large_lock);
   char *q = keep ? remap(p, old, len, true) : hm_os_remap(p, old, len, true);
   int err = errno;
   if (q != NULL) atomic_fetch_add_explicit(&mapped_bytes, len - old, memory_order_relaxed);
   if (q != NULL && (uintptr_t)q + len > LARGE_LIMIT) hm_fatal("realloc", q, "mremap moved a block beyond the registry");
-  pthread_mutex_lock(&large_lock);
+  hm_mutex_lock(&large_lock);
   leaves_install(q, len, &l);
   if (q != NULL)
     span_record(q, len, SPAN_USED)->dirty = max_sz(dirty, need);
   else
     span_record(p, old, SPAN_USED)->dirty = dirty;
-  pthread_mutex_unlock(&large_lock);
+  hm_mutex_unlock(&large_lock);
   if (q != NULL) return q;
   if (!keep) return NULL;
   if (err == ENOMEM) return fail_refused(had_cache, n, 0, err);
@@ -1238,10 +1238,10 @@ static void *pack_move_out(void *p, size_t old, size_t n) {
   }
   if (r != NULL && (uintptr_t)r + len > LARGE_LIMIT) hm_fatal("realloc", r, "mremap moved a block beyond the registry");
   if (r != NULL) atomic_fetch_add_explicit(&mapped_bytes, len, memory_order_relaxed);
-  pthread_mutex_lock(&large_lock);
+  hm_mutex_lock(&large_lock);
   leaves_install(r, len, &l);
   if (r != NULL) span_record(r, len, SPAN_USED)->dirty = page_round(n);
-  pthread_mutex_unlock(&large_lock);
+  hm_mutex_unlock(&large_lock);
   if (r == NULL) return NULL;
   count_block(-1, p);
   hm_pack_free_moved(p);
@@ -1317,17 +1317,17 @@ static void *large_realloc(void *p, size_t n) {
   }
   if (len < s->len) { /* shrink in place: the whole chunks past the end go to the cache */
     span_t *list = NULL;
-    pthread_mutex_lock(&large_lock);
+    hm_mutex_lock(&large_lock);
     span_split(s, len, hm_now_ns(), &list);
-    pthread_mutex_unlock(&large_lock);
+    hm_mutex_unlock(&large_lock);
     unmap_list(list);
     count_block(1, p);
   } else if (s->dirty < page_round(n + HM_GUARD_SIZE)) {
     /* grown within its span: the pages it may touch reach further (a
      * purge gives back the dirty extent only, and bucket_find reads it) */
-    pthread_mutex_lock(&large_lock);
+    hm_mutex_lock(&large_lock);
     s->dirty = max_sz(s->dirty, page_round(n + HM_GUARD_SIZE));
-    pthread_mutex_unlock(&large_lock);
+    hm_mutex_unlock(&large_lock);
   }
   return p;
 }

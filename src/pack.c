@@ -349,10 +349,10 @@ void *hm_pack_alloc(size_t n, bool zero) {
   uint64_t now = hm_now_ns();
   pack_t *fresh = NULL;
   for (;;) {
-    pthread_mutex_lock(&pack_lock);
+    hm_mutex_lock(&pack_lock);
     last_alloc_ns = now;
     if (fresh != NULL && !pack_insert(fresh)) {
-      pthread_mutex_unlock(&pack_lock);
+      hm_mutex_unlock(&pack_lock);
       hm_large_chunk_give(fresh);
       return NULL; /* the caller maps a span */
     }
@@ -364,7 +364,7 @@ void *hm_pack_alloc(size_t n, bool zero) {
       unsigned left, s = best_fit(p, k, &left);
       HM_ASSERT(s != 0);
       bool clean = place(p, s, k, left, now);
-      pthread_mutex_unlock(&pack_lock);
+      hm_mutex_unlock(&pack_lock);
       char *b = page_addr(p, s);
       if (zero && !clean) memset(b, 0, n);
 #ifndef HAKMEM_NO_CHECKS
@@ -377,7 +377,7 @@ void *hm_pack_alloc(size_t n, bool zero) {
 #endif
       return b;
     }
-    pthread_mutex_unlock(&pack_lock);
+    hm_mutex_unlock(&pack_lock);
     if ((fresh = pack_new()) == NULL) return NULL;
   }
 }
@@ -394,10 +394,10 @@ static pack_t *pack_of(const void *p) { return (pack_t *)hm_ss_of(p); }
 
 size_t hm_pack_usable(const void *p) {
   pack_t *pk = pack_of(p);
-  pthread_mutex_lock(&pack_lock);
+  hm_mutex_lock(&pack_lock);
   unsigned s = block_page(pk, p);
   size_t u = s != 0 ? (size_t)pk->pages[s] * HM_PAGE_SIZE : 0;
-  pthread_mutex_unlock(&pack_lock);
+  hm_mutex_unlock(&pack_lock);
   return u;
 }
 
@@ -414,9 +414,9 @@ size_t hm_pack_usable_live(const void *p) {
 bool hm_pack_is_freed(const void *p) {
   pack_t *pk = pack_of(p);
   uintptr_t off = (uintptr_t)p - (uintptr_t)pk;
-  pthread_mutex_lock(&pack_lock);
+  hm_mutex_lock(&pack_lock);
   bool freed = (off & (HM_PAGE_SIZE - 1)) == 0 && bit(pk->freed, (unsigned)(off / HM_PAGE_SIZE));
-  pthread_mutex_unlock(&pack_lock);
+  hm_mutex_unlock(&pack_lock);
   return freed;
 }
 
@@ -434,10 +434,10 @@ static unsigned release_block(pack_t *pk, unsigned s) {
 size_t hm_pack_free(void *p) {
   pack_t *pk = pack_of(p);
   uint64_t now = hm_now_ns();
-  pthread_mutex_lock(&pack_lock);
+  hm_mutex_lock(&pack_lock);
   unsigned s = block_page(pk, p);
   if (s == 0) {
-    pthread_mutex_unlock(&pack_lock);
+    hm_mutex_unlock(&pack_lock);
     return 0;
   }
   if (hm_purge_mode == PURGE_EAGER) {
@@ -446,37 +446,37 @@ size_t hm_pack_free(void *p) {
     bits_put(pk->start, s, 1, false);
     bits_put(pk->freed, s, 1, true);
     pk->pages[s] = 0;
-    pthread_mutex_unlock(&pack_lock);
+    hm_mutex_unlock(&pack_lock);
     bool ok = hm_os_purge(page_addr(pk, s), (size_t)k * HM_PAGE_SIZE) == 0;
-    pthread_mutex_lock(&pack_lock);
+    hm_mutex_lock(&pack_lock);
     if (ok) bits_put(pk->dirty, s, k, false);
     give_pages(pk, s, k);
     refresh_freed(pk, s);
-    pthread_mutex_unlock(&pack_lock);
+    hm_mutex_unlock(&pack_lock);
     return (size_t)k * HM_PAGE_SIZE;
   }
   unsigned k = release_block(pk, s);
-  pthread_mutex_unlock(&pack_lock);
+  hm_mutex_unlock(&pack_lock);
   hm_purge_unused_now(now); /* (not eager: counts a purge skipped, or schedules a step) */
   return (size_t)k * HM_PAGE_SIZE;
 }
 
 void hm_pack_free_moved(void *p) {
   pack_t *pk = pack_of(p);
-  pthread_mutex_lock(&pack_lock);
+  hm_mutex_lock(&pack_lock);
   unsigned s = block_page(pk, p);
   if (s != 0) {
     bits_put(pk->dirty, s, pk->pages[s], false); /* its pages moved away: the range reads zeros */
     release_block(pk, s);
   }
-  pthread_mutex_unlock(&pack_lock);
+  hm_mutex_unlock(&pack_lock);
 }
 
 bool hm_pack_resize(void *p, size_t n) {
   pack_t *pk = pack_of(p);
   unsigned k = (unsigned)((n + HM_PAGE_SIZE - 1) / HM_PAGE_SIZE);
   uint64_t now = hm_now_ns();
-  pthread_mutex_lock(&pack_lock);
+  hm_mutex_lock(&pack_lock);
   unsigned s = block_page(pk, p), old = pk->pages[s];
   bool done = true;
   if (k < old) { /* the tail becomes free */
@@ -493,7 +493,7 @@ bool hm_pack_resize(void *p, size_t n) {
       refresh_taken(pk, end - (s + old));
     }
   }
-  pthread_mutex_unlock(&pack_lock);
+  hm_mutex_unlock(&pack_lock);
   return done;
 }
 
@@ -543,7 +543,7 @@ static size_t purge_runs(run_t *r, unsigned n, uint64_t now) {
   size_t bytes = 0;
   bool ok[PURGE_BATCH];
   for (unsigned i = 0; i < n; i++) ok[i] = hm_os_purge(page_addr(r[i].pk, r[i].s), (size_t)r[i].k * HM_PAGE_SIZE) == 0;
-  pthread_mutex_lock(&pack_lock);
+  hm_mutex_lock(&pack_lock);
   for (unsigned i = 0; i < n; i++) {
     if (ok[i]) {
       bits_put(r[i].pk->dirty, r[i].s, r[i].k, false);
@@ -553,7 +553,7 @@ static size_t purge_runs(run_t *r, unsigned n, uint64_t now) {
     give_pages(r[i].pk, r[i].s, r[i].k);
     refresh_freed(r[i].pk, r[i].s);
   }
-  pthread_mutex_unlock(&pack_lock);
+  hm_mutex_unlock(&pack_lock);
   return bytes;
 }
 
@@ -561,7 +561,7 @@ size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t
   size_t bytes = 0;
   run_t runs[PURGE_BATCH];
   for (;;) {
-    pthread_mutex_lock(&pack_lock);
+    hm_mutex_lock(&pack_lock);
     /* As for cached spans (hm_large_purge): an idle purge of all free
      * pages waits until no block was asked for that long either. A random
      * working set of large blocks leaves the free pages of its deepest
@@ -578,7 +578,7 @@ size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t
       empty_idle = EMPTY_IDLE_FACTOR * min_idle_ns;
     }
     unsigned n = claim_runs(now, empty_idle, &budget, next_due, runs);
-    pthread_mutex_unlock(&pack_lock);
+    hm_mutex_unlock(&pack_lock);
     if (n == 0) break;
     bytes += purge_runs(runs, n, now);
     if (n < PURGE_BATCH || budget == 0) break;
@@ -592,7 +592,7 @@ size_t hm_pack_release(void) {
   /* empty packs go back to the span cache (which the caller then unmaps) */
   for (;;) {
     pack_t *empty = NULL;
-    pthread_mutex_lock(&pack_lock);
+    hm_mutex_lock(&pack_lock);
     for (unsigned i = 0; i < npacks && empty == NULL; i++) {
       if (packs[i]->free_pages != PACK_PAGES - 1) continue;
       empty = packs[i];
@@ -605,7 +605,7 @@ size_t hm_pack_release(void) {
       atomic_fetch_sub_explicit(&clean_free, clean * HM_PAGE_SIZE, memory_order_relaxed);
       atomic_fetch_sub_explicit(&free_bytes, (size_t)empty->free_pages * HM_PAGE_SIZE, memory_order_relaxed);
     }
-    pthread_mutex_unlock(&pack_lock);
+    hm_mutex_unlock(&pack_lock);
     if (empty == NULL) break;
     hm_large_chunk_give(empty);
   }
@@ -619,13 +619,13 @@ size_t hm_pack_free_dirty(void) {
 }
 
 void hm_pack_resident(size_t *res) {
-  pthread_mutex_lock(&pack_lock);
+  hm_mutex_lock(&pack_lock);
   for (unsigned i = 0; i < npacks; i++) *res += hm_os_resident(packs[i], SS_SIZE);
-  pthread_mutex_unlock(&pack_lock);
+  hm_mutex_unlock(&pack_lock);
 }
 
 void hm_pack_explain(int fd, size_t res[3]) {
-  pthread_mutex_lock(&pack_lock);
+  hm_mutex_lock(&pack_lock);
   for (unsigned i = 0; i < npacks; i++) {
     uint64_t r[PACK_WORDS];
     hm_os_resident_bits(fd, packs[i], PACK_PAGES, r);
@@ -636,7 +636,7 @@ void hm_pack_explain(int fd, size_t res[3]) {
       res[1] += (size_t)__builtin_popcountll(r[w] & ~packs[i]->used[w]) * HM_PAGE_SIZE;
     }
   }
-  pthread_mutex_unlock(&pack_lock);
+  hm_mutex_unlock(&pack_lock);
 }
 
 void hm_pack_fork_prepare(void) { pthread_mutex_lock(&pack_lock); }

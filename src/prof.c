@@ -28,23 +28,37 @@ static double rate;              /* HAKMEM_PROFILE_RATE */
 static const char *prof_path;    /* HAKMEM_PROFILE, or NULL */
 static uint64_t start_ns;
 
-static bool prof_trylock(void) {
+/* Counted as hakmem's mutexes are (src/lock.h): a fork from a handler
+ * must see that this thread holds it. */
+static bool lock_word_take(void) {
   int expected = 0;
   return atomic_compare_exchange_strong_explicit(&prof_lock_word, &expected, 1, memory_order_acquire,
                                                  memory_order_relaxed);
 }
+static bool prof_trylock(void) {
+  hm_tls_locks++;
+  atomic_signal_fence(memory_order_seq_cst);
+  if (lock_word_take()) return true;
+  atomic_signal_fence(memory_order_seq_cst);
+  hm_tls_locks--;
+  return false;
+}
 static void prof_lock(void) {
-  while (!prof_trylock()) sched_yield();
+  hm_tls_locks++;
+  atomic_signal_fence(memory_order_seq_cst);
+  while (!lock_word_take()) sched_yield();
 }
 static void dump_locked(const char *path, bool symbolize);
 static void prof_unlock(void) {
   atomic_store_explicit(&prof_lock_word, 0, memory_order_release);
   /* a SIGUSR2 that found the lock taken: its dump, now */
-  while (atomic_load(&dump_pending) && prof_trylock()) {
+  while (atomic_load(&dump_pending) && lock_word_take()) {
     atomic_store(&dump_pending, 0);
     dump_locked(prof_path, false);
     atomic_store_explicit(&prof_lock_word, 0, memory_order_release);
   }
+  atomic_signal_fence(memory_order_seq_cst);
+  hm_tls_locks--;
 }
 
 /* ---- private memory ----------------------------------------------------- */
@@ -688,6 +702,18 @@ static void leak_report(void) {
   }
   if (order != NULL) munmap(order, n * sizeof *order);
   prof_unlock();
+}
+
+/* ---- the live samples, read (explain.c) ---------------------------------- */
+
+bool hm_prof_live_each(void (*fn)(const void *p, size_t n, double weight, void *arg), void *arg) {
+  if (!prof_on) return false;
+  prof_lock();
+  for (size_t i = 0; i < live_cap; i++)
+    if (live[i].addr > 1 && live[i].objects > 0)
+      fn((const void *)live[i].addr, (size_t)(live[i].space / live[i].objects + 0.5), live[i].objects, arg);
+  prof_unlock();
+  return true;
 }
 
 /* ---- start-up, exit, fork ----------------------------------------------- */

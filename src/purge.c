@@ -211,9 +211,9 @@ static void *bg_main(void *arg) {
       nap(due - now < IDLE_SLEEP_NS ? due - now : IDLE_SLEEP_NS);
       continue;
     }
-    pthread_mutex_lock(&purge_lock);
+    hm_mutex_lock(&purge_lock);
     size_t got = run_due(hm_now_ns(), true);
-    pthread_mutex_unlock(&purge_lock);
+    hm_mutex_unlock(&purge_lock);
     if (got == 0 && limit) nap(LIMIT_NAP_NS);
     /* else straight on while a backlog remains: a yield on a loaded machine
      * let 1 GiB freed take 1.7 s to drain (purge_burst_1g) */
@@ -256,9 +256,9 @@ static void maybe_start_bg(void) {
 static void purge_tick_slow(void) {
   int saved = errno; /* free and a successful malloc keep errno */
   maybe_start_bg();
-  if (pthread_mutex_trylock(&purge_lock) == 0) { /* else another thread is at it */
+  if (hm_mutex_trylock(&purge_lock) == 0) { /* else another thread is at it */
     run_due(hm_now_ns(), false);
-    pthread_mutex_unlock(&purge_lock);
+    hm_mutex_unlock(&purge_lock);
   }
   errno = saved;
 }
@@ -306,7 +306,7 @@ int hm_collect(bool all) {
   hm_heap_flush_foreign(hm_tls_heap); /* other threads' blocks go back to their slabs */
   size_t bytes = hm_heap_collect_own();
   if (all) hm_heap_reclaim_abandoned();
-  pthread_mutex_lock(&purge_lock);
+  hm_mutex_lock(&purge_lock);
   if (all && hm_purge_mode != PURGE_OFF) {
     collect_t c = {0};
     hm_backend_for_each_ss(collect_one, &c);
@@ -314,7 +314,7 @@ int hm_collect(bool all) {
   }
   bytes += hm_large_release(0);
   bytes += hm_backend_release_cached();
-  pthread_mutex_unlock(&purge_lock);
+  hm_mutex_unlock(&purge_lock);
   atomic_fetch_add_explicit(&given[HM_GIVE_TRIM], bytes, memory_order_relaxed);
   return bytes != 0 || hm_backend_resident_estimate() < before;
 }

@@ -108,6 +108,24 @@ static void resident_line(hm_line_t *o) {
   hm_line_put(o, "\n");
 }
 
+/* Within "blocks handed out (pool P, large L": the split the profiler's
+ * live samples give (explain.c), or why there is none. */
+static void blocks_split(hm_line_t *o, const struct hm_explain *e) {
+  if (e->live_samples == 0) {
+    hm_line_put(o, e->profiling ? "; requested unknown: no live sample" : "; requested unknown: profiling off");
+    return;
+  }
+  hm_line_put(o, "; requested ~");
+  hm_line_dec(o, e->requested, 0);
+  hm_line_put(o, " + rounding ~");
+  hm_line_dec(o, e->rounding, 0);
+  hm_line_put(o, " + sampled blocks ");
+  hm_line_dec(o, e->sampled, 0);
+  hm_line_put(o, ", from ");
+  hm_line_dec(o, e->live_samples, 0);
+  hm_line_put(o, " live samples");
+}
+
 /* The resident memory explained (explain.c), in bytes: the parts add up
  * to the total. */
 static void explained_line(hm_line_t *o) {
@@ -124,6 +142,7 @@ static void explained_line(hm_line_t *o) {
                       e.meta_registry};
   _Static_assert(sizeof labels / sizeof labels[0] == sizeof v / sizeof v[0] + 1, "a label before each figure");
   for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
+    if (k == 4) blocks_split(o, &e);
     hm_line_put(o, labels[k]);
     hm_line_dec(o, v[k], 0);
   }

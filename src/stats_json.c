@@ -156,8 +156,21 @@ static void explained(json_t *j) {
   num(j, "bytes", e.blocks);
   num(j, "pool", e.blocks_pool);
   num(j, "large", e.blocks_large);
-  null(j, "requested"); /* of the bytes, those the program asked for: known only where sampled */
-  null(j, "rounding");  /* bytes - requested */
+  /* bytes = requested + rounding + sampling_overhead, estimated from the
+   * profiler's live samples; null without them (requested_source says why) */
+  const char *const keys[3] = {"requested", "rounding", "sampling_overhead"};
+  const size_t v[3] = {e.requested, e.rounding, e.sampled};
+  for (unsigned k = 0; k < 3; k++)
+    if (e.live_samples != 0)
+      num(j, keys[k], v[k]);
+    else
+      null(j, keys[k]);
+  if (e.profiling)
+    num(j, "live_samples", e.live_samples);
+  else
+    null(j, "live_samples");
+  key(j, "requested_source");
+  str(j, !e.profiling ? "profiling_off" : e.live_samples == 0 ? "no_live_samples" : "profile_samples");
   close_obj(j);
   num(j, "free_in_slabs", e.free_in_slabs);
   open_obj(j, "thread_caches");

@@ -247,16 +247,17 @@ static void scenario_signal(void *unused) {
     if (p == 0) _exit(0);
     reap(p, "signal: main loop's fork");
     forks++;
-    /* glibc's fork is async-signal-safe only while the process has never had
-     * a second thread: hakmem's purger is one (docs/DESIGN.md, "Fork") */
-    if (!__libc_single_threaded) FAILF("signal: the process became multi-threaded (HAKMEM_BG_PURGE=off keeps it single)");
   }
   handler_stop = 1;
   struct itimerspec off = {{0, 0}, {0, 0}};
   timer_settime(tm, 0, &off, NULL);
   for (int s = 0; s < 64; s++) free(keep[s]);
-  printf("signal: %ld forks in the main loop, %ld in the handler, %ld mallocs in %.1f s\n", forks, (long)handler_forks,
-         allocs, run_seconds);
+  /* (hakmem's purger, a thread, may have started: glibc's own fork then
+   * takes its atfork lock, which a handler's fork inside it would wait on
+   * forever without hakmem's fork: docs/DESIGN.md, "Fork") */
+  printf("signal: %ld forks in the main loop, %ld in the handler, %ld mallocs in %.1f s (%s)\n", forks,
+         (long)handler_forks, allocs, run_seconds,
+         __libc_single_threaded ? "single-threaded" : "a second thread was started");
   if (forks == 0 || handler_forks == 0) FAILF("no progress");
 }
 
