@@ -66,11 +66,18 @@ _Static_assert(AREA_PAGES < 65535 && RECS < 65535, "uint16_t indices");
 
 static meta_t *meta;
 static char *area; /* AREA_PAGES pages */
-static atomic_int guard_lock_word;
+/* 0, or the holder's pthread_self(): a fork from a signal handler that
+ * interrupted this thread inside the lock must not wait for it. */
+static _Atomic uintptr_t guard_lock_word;
 static struct sigaction prev_segv, prev_bus;
 
 static void guard_lock(void) {
-  while (atomic_exchange_explicit(&guard_lock_word, 1, memory_order_acquire)) sched_yield();
+  uintptr_t me = (uintptr_t)pthread_self(), expected = 0;
+  while (!atomic_compare_exchange_weak_explicit(&guard_lock_word, &expected, me, memory_order_acquire,
+                                                memory_order_relaxed)) {
+    expected = 0;
+    sched_yield();
+  }
 }
 static void guard_unlock(void) { atomic_store_explicit(&guard_lock_word, 0, memory_order_release); }
 
@@ -446,11 +453,13 @@ void hm_guard_init(void) {
 /* Fork: the lock is a leaf (nothing else is taken under it), so it comes
  * last, after src/fork.c's prepare handler has taken libc's stdio list lock
  * and hakmem's (registered first: prepare handlers run in reverse order);
- * and, as there, not at all in a single-threaded process (docs/DESIGN.md,
+ * and, as there, not in a single-threaded process, nor in a fork from a
+ * signal handler that interrupted this thread inside it (docs/DESIGN.md,
  * "Fork"). */
 static _Atomic bool fork_held;
 static void guard_fork_prepare(void) {
-  fork_held = !HM_GUARD_SINGLE_THREADED();
+  fork_held = !HM_GUARD_SINGLE_THREADED() &&
+              atomic_load_explicit(&guard_lock_word, memory_order_relaxed) != (uintptr_t)pthread_self();
   if (fork_held) guard_lock();
 }
 static void guard_fork_after(void) {
