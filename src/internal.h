@@ -293,6 +293,10 @@ HM_HIDDEN void hm_pack_free_moved(void *p);              /* free a block whose p
 /* Free pages idle for min_idle_ns given back (madvise), at most about
  * budget bytes; *next_due lowered as hm_large_purge does. */
 HM_HIDDEN size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due);
+/* Free pages of packs idle for age_ns, in at most max_calls runs (*calls). */
+HM_HIDDEN size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, unsigned *calls, uint64_t *next_due);
+/* The longest runs of free pages, at most max_calls of them (*calls): a thread's exit. */
+HM_HIDDEN size_t hm_pack_purge_longest(unsigned max_calls, unsigned *calls);
 HM_HIDDEN size_t hm_pack_release(void);                  /* malloc_trim: all free pages, empty packs */
 HM_HIDDEN size_t hm_pack_clean(void);                    /* free pages not resident, bytes */
 HM_HIDDEN size_t hm_pack_free_dirty(void);               /* free pages that may be resident, bytes */

@@ -43,7 +43,9 @@ typedef struct pack {
   uint64_t dirty[PACK_WORDS];  /* pages that may be resident */
   uint64_t start[PACK_WORDS];  /* first pages of live blocks */
   uint64_t freed[PACK_WORDS];  /* first pages of blocks freed since (a second free is a double free) */
+  uint64_t idle[PACK_WORDS];   /* free dirty pages at the last look, not taken since (hm_pack_purge_idle) */
   uint64_t purged_ns;          /* when a purge last gave pages of it back (regret) */
+  uint64_t idle_purged_ns;     /* when hm_pack_purge_idle last did (its own regret) */
   uint64_t empty_ns;           /* since when it holds no block (0: it holds one) */
   uint32_t free_pages;
   uint32_t slot;               /* its index in packs[] */
@@ -180,6 +182,7 @@ HM_INLINE unsigned span_word(pack_t *p, unsigned w, uint64_t m, enum span_op op)
   if (op == TAKE_BLOCK) {
     p->dirty[w] |= m;
     p->freed[w] &= ~m;
+    p->idle[w] &= ~m;
   }
   return c == 0 ? 0 : (unsigned)__builtin_popcountll(c); /* (mostly all dirty) */
 }
@@ -226,6 +229,8 @@ static unsigned slot_of(const pack_t *p) {
   }
   return lo;
 }
+
+static void idle_regret(const pack_t *p, uint64_t now);
 
 /* ---- the lowest pack that fits (lock held) ------------------------------------ */
 
@@ -300,10 +305,31 @@ static bool place(pack_t *p, unsigned s, unsigned k, unsigned left, uint64_t now
   p->start[s >> 6] |= (uint64_t)1 << (s & 63);
   p->pages[s] = (uint16_t)k;
   p->empty_ns = 0;
-  if (dirty < k && p->purged_ns != 0) hm_purge_regret(p->purged_ns, now); /* faults again */
+  if (dirty < k) { /* faults again */
+    if (p->purged_ns != 0) hm_purge_regret(p->purged_ns, now);
+    idle_regret(p, now);
+  }
   if (left != longest[p->slot]) set_longest(p->slot, left);
   HM_ASSERT(left == longest_run(p));
   return dirty == 0;
+}
+
+/* ---- the idle pages of packs in use: their own regret ------------------------- */
+
+/* hm_pack_purge_idle's age is the purge delay times 2^idle_shift: pages it
+ * gave back and a block wanted again within 16 ages double it (once per
+ * age at most, up to 64 times); 64 ages without regret halve it. Its own,
+ * not policy.c's back-off: a working set that churns through the packs'
+ * free pages should not slow the idle return of everything else. */
+#define IDLE_SHIFT_MAX 6
+static unsigned idle_shift;
+static uint64_t idle_age_ns = 100000000u, idle_regret_ns; /* (lock held) */
+
+static void idle_regret(const pack_t *p, uint64_t now) {
+  if (p->idle_purged_ns == 0 || now - p->idle_purged_ns >= 16 * idle_age_ns) return;
+  if (idle_regret_ns != 0 && now - idle_regret_ns < idle_age_ns) return;
+  idle_regret_ns = now;
+  if (idle_shift < IDLE_SHIFT_MAX) idle_shift++;
 }
 
 /* ---- packs from the span cache ------------------------------------------------ */
@@ -489,7 +515,10 @@ bool hm_pack_resize(void *p, size_t n) {
     if (done) {
       unsigned dirty = take_pages(pk, s + old, k - old, true);
       pk->pages[s] = (uint16_t)k;
-      if (dirty < k - old && pk->purged_ns != 0) hm_purge_regret(pk->purged_ns, now);
+      if (dirty < k - old) {
+        if (pk->purged_ns != 0) hm_purge_regret(pk->purged_ns, now);
+        idle_regret(pk, now);
+      }
       refresh_taken(pk, end - (s + old));
     }
   }
@@ -539,7 +568,9 @@ static unsigned claim_runs(uint64_t now, uint64_t empty_idle_ns, size_t *budget,
 }
 
 /* madvise the claimed runs (lock not held), then free them, clean. */
-static size_t purge_runs(run_t *r, unsigned n, uint64_t now) {
+enum { RUN_STEP, RUN_IDLE, RUN_EXIT }; /* whose regret a run's reuse is */
+
+static size_t purge_runs(run_t *r, unsigned n, uint64_t now, int why) {
   size_t bytes = 0;
   bool ok[PURGE_BATCH];
   for (unsigned i = 0; i < n; i++) ok[i] = hm_os_purge(page_addr(r[i].pk, r[i].s), (size_t)r[i].k * HM_PAGE_SIZE) == 0;
@@ -547,7 +578,8 @@ static size_t purge_runs(run_t *r, unsigned n, uint64_t now) {
   for (unsigned i = 0; i < n; i++) {
     if (ok[i]) {
       bits_put(r[i].pk->dirty, r[i].s, r[i].k, false);
-      r[i].pk->purged_ns = now;
+      if (why == RUN_IDLE) r[i].pk->idle_purged_ns = now;
+      else if (why == RUN_STEP) r[i].pk->purged_ns = now;
       bytes += (size_t)r[i].k * HM_PAGE_SIZE;
     }
     give_pages(r[i].pk, r[i].s, r[i].k);
@@ -580,10 +612,95 @@ size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t
     unsigned n = claim_runs(now, empty_idle, &budget, next_due, runs);
     hm_mutex_unlock(&pack_lock);
     if (n == 0) break;
-    bytes += purge_runs(runs, n, now);
+    bytes += purge_runs(runs, n, now, RUN_STEP);
     if (n < PURGE_BATCH || budget == 0) break;
   }
   return bytes;
+}
+
+/* Free pages idle in packs in use (docs/DESIGN.md, "Memory given back"):
+ * at each look, at least an age after the last (age_ns, the purge delay,
+ * times the regret's factor above), the free dirty pages that
+ * were free and dirty at the last look and taken by no block since are
+ * due; the longest runs of them go back, at most max_calls of them and
+ * none under IDLE_RUN_MIN pages (a call must be worth it). Then what is
+ * free and dirty now is remembered for the next look. */
+#define IDLE_RUN_MIN 4
+
+static uint64_t last_look_ns; /* (the caller's purge_lock) */
+
+static void keep_longest(run_t *best, unsigned *n, unsigned max, run_t r) {
+  unsigned i = *n < max ? (*n)++ : max;
+  if (i == max) {
+    if (best[max - 1].k >= r.k) return;
+    i = max - 1;
+  }
+  while (i > 0 && best[i - 1].k < r.k) {
+    best[i] = best[i - 1];
+    i--;
+  }
+  best[i] = r;
+}
+
+/* The longest runs of free dirty pages (with idle, only those free since
+ * the last look), at most max, taken into best. Lock held. */
+static unsigned claim_longest(bool idle, unsigned max, run_t *best) {
+  unsigned n = 0;
+  if (max > PURGE_BATCH) max = PURGE_BATCH;
+  for (unsigned i = 0; i < npacks && max != 0; i++) {
+    pack_t *pk = packs[i];
+    uint64_t cand[PACK_WORDS];
+    bool any = false;
+    for (unsigned w = 0; w < PACK_WORDS; w++)
+      any |= (cand[w] = (idle ? pk->idle[w] : ~(uint64_t)0) & pk->dirty[w] & ~pk->used[w]) != 0;
+    for (unsigned j = any ? bits_next(cand, 1, true) : PACK_PAGES; j < PACK_PAGES;) {
+      unsigned e = bits_next(cand, j, false);
+      if (e - j >= IDLE_RUN_MIN) keep_longest(best, &n, max, (run_t){pk, (uint16_t)j, (uint16_t)(e - j)});
+      j = bits_next(cand, e, true);
+    }
+  }
+  for (unsigned i = 0; i < n; i++) {
+    take_pages(best[i].pk, best[i].s, best[i].k, false);
+    refresh_taken(best[i].pk, PACK_PAGES);
+  }
+  return n;
+}
+
+size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, unsigned *calls, uint64_t *next_due) {
+  *calls = 0;
+  hm_mutex_lock(&pack_lock);
+  if (idle_shift != 0 && now - idle_regret_ns > 64 * idle_age_ns) {
+    idle_shift--;
+    idle_regret_ns = now;
+  }
+  idle_age_ns = age_ns << idle_shift;
+  age_ns = idle_age_ns;
+  if (last_look_ns != 0 && now - last_look_ns < age_ns) {
+    hm_mutex_unlock(&pack_lock);
+    if (last_look_ns + age_ns < *next_due) *next_due = last_look_ns + age_ns;
+    return 0;
+  }
+  last_look_ns = now;
+  run_t best[PURGE_BATCH];
+  unsigned n = claim_longest(true, max_calls, best);
+  bool any_left = false;
+  for (unsigned i = 0; i < npacks; i++) {
+    pack_t *pk = packs[i];
+    for (unsigned w = 0; w < PACK_WORDS; w++) any_left |= (pk->idle[w] = pk->dirty[w] & ~pk->used[w]) != 0;
+  }
+  hm_mutex_unlock(&pack_lock);
+  if (any_left && now + age_ns < *next_due) *next_due = now + age_ns;
+  *calls = n;
+  return n != 0 ? purge_runs(best, n, now, RUN_IDLE) : 0;
+}
+
+size_t hm_pack_purge_longest(unsigned max_calls, unsigned *calls) {
+  run_t best[PURGE_BATCH];
+  hm_mutex_lock(&pack_lock);
+  unsigned n = claim_longest(false, max_calls, best);
+  hm_mutex_unlock(&pack_lock);
+  *calls = n;
+  return n != 0 ? purge_runs(best, n, hm_now_ns(), RUN_EXIT) : 0;
 }
 
 size_t hm_pack_release(void) {
@@ -655,6 +772,16 @@ bool hm_pack_resize(void *p, size_t n) { (void)p, (void)n; return false; }
 void hm_pack_free_moved(void *p) { (void)p; }
 size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due) {
   (void)now, (void)min_idle_ns, (void)budget, (void)next_due;
+  return 0;
+}
+size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, unsigned *calls, uint64_t *next_due) {
+  (void)now, (void)age_ns, (void)max_calls, (void)next_due;
+  *calls = 0;
+  return 0;
+}
+size_t hm_pack_purge_longest(unsigned max_calls, unsigned *calls) {
+  (void)max_calls;
+  *calls = 0;
   return 0;
 }
 size_t hm_pack_release(void) { return 0; }

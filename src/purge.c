@@ -85,6 +85,37 @@ static size_t purge_slabs(uint64_t now, uint64_t delay_ns, size_t budget, uint64
   return bytes;
 }
 
+/* ---- the time budget of calls ------------------------------------------------ */
+
+/* Giving back idle pages of what is still in use (packs' free pages while
+ * the lane is busy) costs one madvise per run, and a working set that
+ * breathes may want them again: at most HAKMEM_IDLE_CALLS_PER_S calls a
+ * second on average, a token bucket holding one second's worth
+ * (purge_lock). */
+static uint64_t tb_ns;
+static int64_t tb_milli; /* (a debt after a thread exit's purge) */
+
+static unsigned calls_allowed(uint64_t now) {
+  int64_t rate = (int64_t)hm_opt[HM_OPT_IDLE_CALLS_PER_S], cap = rate * 1000;
+  if (tb_ns == 0) tb_milli = cap;
+  else if (now > tb_ns) tb_milli += (int64_t)((now - tb_ns) / 1000000u) * rate;
+  if (tb_milli > cap) tb_milli = cap;
+  tb_ns = now;
+  return tb_milli > 0 ? (unsigned)(tb_milli / 1000) : 0;
+}
+
+static size_t purge_in_use(uint64_t now, uint64_t delay_ns, uint64_t *next) {
+  unsigned calls, allowed = calls_allowed(now);
+  if (allowed == 0) {
+    uint64_t rate = (uint64_t)hm_opt[HM_OPT_IDLE_CALLS_PER_S];
+    if (rate != 0 && now + 1000000000u / rate < *next) *next = now + 1000000000u / rate;
+    return 0;
+  }
+  size_t bytes = hm_pack_purge_idle(now, delay_ns, allowed, &calls, next);
+  tb_milli -= (int64_t)calls * 1000;
+  return bytes;
+}
+
 /* ---- steps --------------------------------------------------------------- */
 
 /* Least idle time of a cached large span before a lazy purge gives it back. */
@@ -131,6 +162,7 @@ static size_t purge_step(uint64_t now, uint64_t delay_ns, size_t budget) {
    * while the lane is busy too (the pack crowds busy blocks into its low
    * chunks, so what idles is what the working set's peaks left behind). */
   bytes += hm_pack_purge(now, large_idle, STEP_BUDGET, &next);
+  if (hm_purge_mode == PURGE_LAZY) bytes += purge_in_use(now, delay_ns, &next);
   uint64_t cur = atomic_load(&hm_purge_due_ns);
   while (next < cur && !atomic_compare_exchange_weak(&hm_purge_due_ns, &cur, next)) {
   }
@@ -263,6 +295,34 @@ static void purge_tick_slow(void) {
   errno = saved;
 }
 
+/* A thread that exits leaves its unused memory to nobody: what lies unused
+ * above the reserve goes back at once, no delay: the empty SuperSlabs,
+ * then the packs' longest free runs, as many calls as the time budget
+ * holds plus two seconds' worth (a debt that holds back the next ones: a
+ * program that churns threads stays within it). Unused slabs wait for
+ * the steps (one call per few slabs). */
+static void exit_purge(void) {
+  if (hm_purge_mode != PURGE_LAZY) return;
+  size_t unused = hm_purge_unused_resident() + hm_pack_free_dirty(), keep = reserve();
+  if (unused <= keep) return;
+  hm_mutex_lock(&purge_lock);
+  uint64_t now = hm_now_ns(), next = UINT64_MAX;
+  calls_allowed(now);
+  int64_t limit = tb_milli / 1000 + 2 * (int64_t)hm_opt[HM_OPT_IDLE_CALLS_PER_S]; /* calls, two seconds' debt at most */
+  if (limit > 0) {
+    struct hak_os_stats a, b;
+    unsigned calls = 0;
+    hak_os_stats_get(&a);
+    size_t got = hm_backend_purge_cached(now, 0, unused - keep, &next); /* a few calls: neighbours go together */
+    hak_os_stats_get(&b);
+    int64_t used = (int64_t)(b.madvise_calls - a.madvise_calls);
+    if (got < unused - keep && used < limit) got += hm_pack_purge_longest((unsigned)(limit - used), &calls);
+    tb_milli -= (used + calls) * 1000;
+    atomic_fetch_add_explicit(&given[HM_GIVE_IDLE_TICK], got, memory_order_relaxed);
+  }
+  hm_mutex_unlock(&purge_lock);
+}
+
 /* A thread exited (policy.c's hook, from heap.c) and left unused what its
  * empty slabs and SuperSlabs held: counted, and the purger started if it
  * is wanted, in case nobody else calls. */
@@ -270,6 +330,7 @@ static void thread_exited(size_t unused_before) {
   size_t after = hm_purge_unused_resident(); /* (other threads' changes too: an estimate) */
   if (after > unused_before) atomic_fetch_add_explicit(&given[HM_GIVE_EXIT], after - unused_before, memory_order_relaxed);
   int saved = errno;
+  exit_purge();
   maybe_start_bg();
   errno = saved;
 }

@@ -36,7 +36,13 @@
  *              handed out between two looks (1 s apart), are uncarved and
  *              given back in one call (kept: HAKMEM_PURGE=off or
  *              HAKMEM_BIG_IDLE_SPACING_MS=0); the ones in use keep their
- *              pages */
+ *              pages
+ *   exit_now   HAKMEM_PURGE_DELAY_MS=60000: a thread frees 64 MiB of small
+ *              blocks and exits; what it left unused is given back before
+ *              pthread_join returns, the delay notwithstanding
+ *   pack_idle  free pages of a pack in use, idle while the large lane stays
+ *              busy next to them, go back within a second or two, within
+ *              20 calls a second */
 #define _GNU_SOURCE
 #include "test_common.h"
 
@@ -844,6 +850,75 @@ static void t_big_idle(bool given) {
   for (int i = 0; i < N; i++) free(v[i]);
 }
 
+static void *exit_now_thread(void *arg) {
+  (void)arg;
+  enum { N = 64 * 1024 };
+  static char *v[N];
+  for (int i = 0; i < N; i++) {
+    v[i] = malloc(1000);
+    CHECK(v[i], "malloc");
+    memset(v[i], 0x55, 1000);
+  }
+  for (int i = 0; i < N; i++) free(v[i]);
+  return NULL;
+}
+
+static void t_exit_now(void) {
+  size_t before = tc_rss_bytes();
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, exit_now_thread, NULL) == 0, "pthread_create");
+  pthread_join(t, NULL);
+  size_t after = tc_rss_bytes();
+  printf("exit_now: RSS %zu MiB before the thread, %zu MiB after its exit\n", before >> 20, after >> 20);
+  /* the reserve (4 MiB) and slack; 64 MiB were touched */
+  CHECK(after < before + (12u << 20), "RSS grew by %zu MiB over the thread's life", (after - before) >> 20);
+}
+
+static size_t os_calls_now(void) {
+  struct hak_os_stats s;
+  hak_os_stats_get(&s);
+  return s.mmap_calls + s.munmap_calls + s.madvise_calls + s.mremap_calls;
+}
+
+static void t_pack_idle(void) {
+  const size_t K = 1024;
+  malloc_trim(0);
+  char *probe = malloc(300 * K);
+  bool packed = probe != NULL && malloc_usable_size(probe) == 300 * K;
+  free(probe);
+  if (!packed) {
+    printf("pack_idle: no packs in this build (secure mode): skipped\n");
+    exit(77);
+  }
+  /* one pack: keep1 | a | keep2 | the rest (about 840 KiB) */
+  char *k1 = malloc(300 * K), *a = malloc(600 * K), *k2 = malloc(300 * K);
+  CHECK(k1 && a && k2, "malloc");
+  CHECK(((uintptr_t)k1 >> 21) == ((uintptr_t)a >> 21) && ((uintptr_t)a >> 21) == ((uintptr_t)k2 >> 21),
+        "three blocks in one pack");
+  memset(a, 7, 600 * K);
+  free(a);
+  CHECK(resident_pages(a, 600 * K) == 600 * K / 4096, "the freed block's pages are not resident before a purge");
+  /* The lane stays busy: 700 KiB blocks (too long for a's run) come and go in the rest. */
+  size_t c0 = os_calls_now();
+  double t0 = now_s(), t = 0;
+  size_t left = 1;
+  while ((t = now_s() - t0) < 3.0) {
+    char *b = malloc(700 * K);
+    CHECK(b, "malloc");
+    b[0] = 1;
+    b[700 * K - 1] = 2;
+    free(b);
+    if ((left = resident_pages(a, 600 * K)) == 0) break;
+    sleep_s(0.002);
+  }
+  size_t calls = os_calls_now() - c0;
+  printf("pack_idle: a's pages resident %zu after %.2f s, %zu OS calls\n", left, t, calls);
+  CHECK(left == 0, "%zu of the idle run's pages still resident after %.1f s of a busy lane", left, t);
+  CHECK(calls <= 20 * t + 2, "%zu OS calls in %.2f s", calls, t);
+  free(k1);
+  free(k2);
+}
+
 int main(int argc, char **argv) {
   tc_test_name = "purge";
   if (!HAKMEM_SPECIFIC) return 77;
@@ -869,6 +944,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(m, "sparse_first")) t_sparse_first();
   else if (!strcmp(m, "big_lowest")) t_big_lowest(argc > 2 && !strcmp(argv[2], "trading"));
   else if (!strcmp(m, "big_idle")) t_big_idle(argc > 2 && !strcmp(argv[2], "given"));
+  else if (!strcmp(m, "exit_now")) t_exit_now();
+  else if (!strcmp(m, "pack_idle")) t_pack_idle();
   else FAILF("unknown mode %s", m);
   printf("purge %s: ok\n", m);
   return 0;
