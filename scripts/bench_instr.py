@@ -18,6 +18,7 @@ allocator's code is what runs; the script checks that the allocator's library
 shows up in the profile and warns if it does not.
 
   python3 scripts/bench_instr.py --build build [--iters N] [--ws 400,40000]
+      [--variant NAME=LIB[,VAR=VALUE...]]...   (e.g. an option's cost)
 
 --programs tiny,shbench,larson instead counts whole programs (PROGRAMS below:
 `make bench`'s workloads, shorter, shbench on one thread): Ir/op is the
@@ -165,6 +166,9 @@ def main():
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="profiles run in parallel")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--out", default=os.path.join(REPO, "results"))
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=LIB[,VAR=VALUE...]",
+                    help="one more row: LIB preloaded with these variables (e.g. "
+                         "on=build/libhakmem.so,HAKMEM_PROFILE=/tmp/p.pb.gz); repeatable")
     ap.add_argument("--programs", default="", help="comma list of PROGRAMS to count whole instead (e.g. tiny,shbench)")
     args = ap.parse_args()
 
@@ -184,6 +188,12 @@ def main():
     allocs, notes = bench.discover_allocators(build, wanted)
     for n in notes:
         log("note: " + n)
+    for v in args.variant:
+        name, _, rest = v.partition("=")
+        lib, *kvs = rest.split(",")
+        env = {"LD_PRELOAD": os.path.abspath(lib)}
+        env.update(kv.split("=", 1) for kv in kvs)
+        allocs.append((name, env, None))
     if args.programs:
         return programs_main(args, bindir, allocs)
     names = [TRIVIAL] + [a[0] for a in allocs]

@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "fastpath.h"
+#include "guard.h"
 #include "usable.h"
 
 void *hak_malloc(size_t n) { return hm_malloc(n); }
@@ -18,6 +19,10 @@ void hm_free_slow(void *p) {
     if (unlikely(hm_sample_active)) hm_prof_freed(p); /* (sampled blocks are large ones: prof.c) */
     hm_large_free(p);
     hm_purge_tick();
+    return;
+  }
+  if (k == REG_GUARD) {
+    hm_guard_free(p);
     return;
   }
   hm_ensure_init();
@@ -82,7 +87,7 @@ void *hak_realloc(void *p, size_t n) {
   unsigned k = hm_reg_kind((uintptr_t)p);
   /* A sampled block always moves (below): its free is recorded, the new one
    * may be sampled. (Kept, it would be a small block in the large lane.) */
-  bool sampled = hm_reg_large(k) && unlikely(hm_sample_active) && hm_prof_freed(p);
+  bool sampled = k == REG_GUARD || (hm_reg_large(k) && unlikely(hm_sample_active) && hm_prof_freed(p));
   if (hm_reg_large(k) && !sampled) return hm_large_realloc(p, n);
   /* Keep the block when it fits and would not waste more than half. */
   if (n <= old && (old <= 256 || n >= old / 2) && !sampled) return p;

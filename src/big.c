@@ -190,7 +190,8 @@ static block_t *insert_by_address(slab_t *s, block_t *head, block_t *chain) {
 }
 
 void *hm_malloc_big(size_t n) {
-  if (unlikely(hm_sample_active)) { /* charged per malloc (heap_alloc_sampling) */
+  hm_ensure_init(); /* (before the sampling flags: start-up sets them) */
+  if (unlikely(hm_sample_any)) { /* charged per malloc (sample.h) */
     uint32_t bs = hm_class_size[hm_size_class(n)];
     unsigned fired = hm_sample_one(bs);
     if (fired != 0) return hm_sample_serve(fired, n, 0, bs);

@@ -338,8 +338,21 @@ static bool slab_has_freed(const slab_t *s) {
 }
 
 /* Make s->free non-empty from blocks freed into s, if there are any. */
+/* s->local_free appended to s->free. */
+static HM_NOINLINE void lists_join(slab_t *s) {
+  block_t *t = s->free;
+  for (block_t *n; (n = hm_next_get(s, t)) != NULL;) t = n;
+  hm_next_set(s, t, s->local_free);
+  s->local_free = NULL;
+}
+
 static bool slab_refill(slab_t *s) {
-  if (s->free != NULL) return true;
+  if (s->free != NULL) {
+    /* (and local_free too: appended, so that the list heap_alloc takes,
+     * and charges for sampling, is every free block: carved - used) */
+    if (unlikely(s->local_free != NULL)) lists_join(s);
+    return true;
+  }
   if (s->local_free != NULL) {
     HM_STAT_REFILL(hm_tls_heap, HM_REFILL_LOCAL, s->carved - s->used); /* free is empty */
     s->free = s->local_free;
@@ -585,14 +598,78 @@ static slab_t *heap_new_slab(heap_t *h, unsigned c) {
   }
 }
 
+/* Sampling (sample.h; docs/DESIGN.md, "Sampling"): class c's countdown
+ * ran out on this malloc: its consumers serve it; a new countdown. (n: 0
+ * from heap_alloc, which knows the request only while sampling is exact.) */
+static HM_NOINLINE void *heap_sample_serve(heap_t *h, unsigned c, size_t n) {
+  uint32_t bs = hm_class_size[c];
+  if (n == 0) n = hm_sample_tls.req != 0 ? hm_sample_tls.req : bs;
+  h->sample_left[c] = hm_sample_class_draw(bs);
+  return hm_sample_serve(hm_sample_class_fire(bs), n, 0, bs);
+}
+
+/* Cut list b of s after its first `keep` blocks (keep >= 1); the rest. */
+static block_t *list_cut(slab_t *s, block_t *b, uint32_t keep) {
+  for (uint32_t i = 1; i < keep; i++) b = hm_next_get(s, b);
+  block_t *rest = hm_next_get(s, b);
+  hm_next_set(s, b, NULL);
+  return rest;
+}
+
+/* heap_alloc's list of s (on free; local_free empty) charged, and the
+ * countdown spent within it: as hm_sample_swap, the malloc served. Out of
+ * line: it would cost heap_alloc registers. */
+static HM_NOINLINE void *heap_sample_install(heap_t *h, slab_t *s) {
+  unsigned c = s->cls;
+  if (s->block_size > MEDIUM_MAX) { /* (big classes: charged per call) */
+    h->sample_left[c] = INT64_MAX;
+  } else {
+    int64_t k = h->sample_left[c] + (int64_t)(s->carved - s->used);
+    if (k <= 1) {
+      h->sample_left[c] = k;
+      s->local_free = s->free; /* (charged at its swap) */
+      s->free = NULL;
+      return heap_sample_serve(h, c, 0);
+    }
+    s->local_free = list_cut(s, s->free, (uint32_t)k - 1);
+    h->sample_left[c] = 1;
+  }
+  block_t *b = s->free;
+#ifdef HAKMEM_SECURE
+  if (unlikely(!hm_head_ok(s, b))) hm_corrupt_list(s, b);
+#endif
+  s->free = hm_next_decode(s, b);
+  s->used++;
+  HM_STAT_ADD(h, alloc[c], 1);
+  return hm_block_handout(s, b, NULL);
+}
+
 /* Pop from the foreign cache of class c, making it the current slab. */
 static void *foreign_pop(heap_t *h, unsigned c) {
   slab_t *f = &h->foreign[c];
+  /* (sampling: its list charged; spent within it, the cache does not
+   * serve, each malloc comes here until the sampled one: its blocks must
+   * stay on its list, which flushes send back) */
+  int64_t cached = (int64_t)f->capacity + 1 - f->used;
+  bool serve = true;
+  if (unlikely(hm_sample_charge(&h->sample_left[c], cached))) {
+    int64_t k = h->sample_left[c] + cached;
+    f->own_id = (uintptr_t)h;
+    heap_set_cur(h, c, &hm_empty_slab);
+    if (k <= 1) {
+      h->sample_left[c] = k;
+      return heap_sample_serve(h, c, 0);
+    }
+    h->sample_left[c] = k - 1;
+    serve = false;
+  }
   block_t *b = f->free;
   f->free = b->next;
   f->used++;
-  f->own_id = (uintptr_t)h + 1; /* serving (until heap_alloc finds it dry, or a flush) */
-  heap_set_cur(h, c, f);
+  if (serve) {
+    f->own_id = (uintptr_t)h + 1; /* serving (until heap_alloc finds it dry, or a flush) */
+    heap_set_cur(h, c, f);
+  }
   return hm_block_handout(f, b, f->free);
 }
 
@@ -625,6 +702,9 @@ static void *heap_alloc(heap_t *h, unsigned c) {
        * touched pages are reused before new ones are touched (test
        * purge_sparse_first). */
       if (slab_refill(s) || (!freed_elsewhere(h, c) && slab_refill_carve(s))) {
+        /* (sampling: the list charged, as the fast path's swap does) */
+        if (unlikely(hm_sample_charge(&h->sample_left[s->cls], (int64_t)s->carved - (int64_t)s->used)))
+          return heap_sample_install(h, s);
         block_t *b = s->free;
 #ifdef HAKMEM_SECURE
         if (unlikely(!hm_head_ok(s, b))) hm_corrupt_list(s, b);
@@ -759,6 +839,8 @@ static heap_t *heap_for_thread(void) {
 #endif
   }
   heap_reset(h);
+  for (unsigned c = 0; c < NUM_CLASSES; c++)
+    h->sample_left[c] = hm_class_size[c] <= MEDIUM_MAX ? hm_sample_class_draw(hm_class_size[c]) : INT64_MAX;
   /* Installed before pthread_setspecific, which may itself allocate. */
   hm_tls_heap = h;
   hm_tls_free_id = (uintptr_t)h;
@@ -766,92 +848,27 @@ static heap_t *heap_for_thread(void) {
   return h;
 }
 
-/* Sampling on (sample.h): every list the fast path is given is charged
- * here, and cut where a sampled malloc falls, the rest of it moved to
- * local_free (empty then: the list came from it, from remote frees or from
- * carving), so that that malloc comes back here. The classes of big slabs
- * are charged per malloc (hm_malloc_big), as their lists are rebuilt. */
-static HM_NOINLINE void *heap_alloc_sampling(heap_t *h, unsigned c, size_t n, bool charge_big) {
-  uint32_t bs = hm_class_size[c];
-  if (bs > MEDIUM_MAX) {
-    unsigned fired = charge_big ? hm_sample_one(bs) : 0;
-    return fired != 0 ? hm_sample_serve(fired, n, 0, bs) : heap_alloc(h, c);
-  }
-  unsigned fired = 0;
-  if (hm_sample_take_pending(c) || hm_sample_list(1, bs) == 1) fired = hm_sample_fire(bs);
-  if (fired != 0) return hm_sample_serve(fired, n, 0, bs);
-  slab_t *s = h->cur[c];
-  void *p;
-  if (s->free == NULL && s->local_free != NULL && s->in_use != SLAB_FOREIGN) {
-    /* the swap the fast path leaves to us (slab_refill's, and the pop) */
-    HM_STAT_REFILL(h, HM_REFILL_LOCAL, s->carved - s->used);
-    block_t *b = s->local_free;
-#ifdef HAKMEM_SECURE
-    if (unlikely(!hm_head_ok(s, b))) hm_corrupt_list(s, b);
-#endif
-    s->local_free = NULL;
-    s->free = hm_next_get(s, b);
-    s->used++;
-    HM_STAT_ADD(h, alloc[c], 1);
-    p = hm_block_handout(s, b, NULL);
-  } else {
-    p = heap_alloc(h, c);
-    s = h->cur[c];
-  }
-  if (p == NULL || s == &hm_empty_slab || s->free == NULL) return p;
-  if (s->in_use == SLAB_FOREIGN) {
-    /* The foreign cache serves mallocs while no sample falls in its list;
-     * else the slow path serves it block by block until the sample. (Its
-     * blocks must stay on its list: flushes send that list back.) */
-    uint32_t cached = (uint32_t)(s->capacity + 1 - s->used);
-    if (hm_sample_peek(cached, bs) == 0) {
-      hm_sample_list(cached, bs);
-    } else {
-      s->own_id = (uintptr_t)h;
-      heap_set_cur(h, c, &hm_empty_slab);
-    }
+/* The fast path's local_free swap (free is empty) found the class's
+ * countdown spent within the list (its k-th malloc is the sampled one):
+ * k = 1, this malloc, the list left on local_free for the next; else the
+ * list cut, its first k - 1 blocks on free, the rest on local_free, so
+ * that malloc comes back here (docs/DESIGN.md, "Sampling"). */
+void *hm_sample_swap(heap_t *h, slab_t *s, size_t n) {
+  unsigned c = s->cls;
+  int64_t k = h->sample_left[c] + (int64_t)(s->carved - s->used);
+  if (k <= 1) {
+    h->sample_left[c] = k;
+    /* (malloc jumps here: the return address is the program's) */
+    hm_sample_tls.caller_ra = (uintptr_t)__builtin_return_address(0);
+    hm_sample_tls.caller_cfa = (uintptr_t)__builtin_dwarf_cfa();
+    void *p = heap_sample_serve(h, c, n);
+    hm_sample_tls.caller_ra = 0;
     return p;
   }
-  uint32_t count = 0;
-  if (s->local_free == NULL) {
-    count = s->carved - s->used; /* every free block is on s->free */
-  } else {
-    for (block_t *b = s->free; b != NULL; b = hm_next_get(s, b)) count++;
-  }
-  uint32_t k = hm_sample_list(count, bs);
-  if (k == 0) return p;
-  /* s->free keeps its first k - 1 blocks */
-  block_t *rest = s->free;
-  if (k > 1) {
-    block_t *last = rest;
-    for (uint32_t i = 2; i < k; i++) last = hm_next_get(s, last);
-    rest = hm_next_get(s, last);
-    hm_next_set(s, last, NULL);
-  } else {
-    s->free = NULL;
-  }
-  block_t *tail = rest;
-  for (block_t *b; (b = hm_next_get(s, tail)) != NULL;) tail = b;
-  hm_next_set(s, tail, s->local_free);
-  s->local_free = rest;
-  hm_sample_set_pending(c);
-  return p;
-}
-
-/* Sampling on: the fast path's local_free swap (free is empty), charged;
- * anything else (a sample in the list, a pending sample, the foreign
- * cache, big-slab classes) takes the slow path. */
-void *hm_sample_swap(heap_t *h, slab_t *s, size_t n) {
-  uint32_t bs = s->block_size;
-  uint32_t count = s->carved - s->used; /* = |local_free| */
-  unsigned c = s->cls;
-  if (s->in_use == SLAB_FOREIGN || bs > MEDIUM_MAX || hm_sample_is_pending(c) || hm_sample_peek(count, bs))
-    return hm_alloc_slow(n);
-  hm_sample_list(count, bs);
-  HM_STAT_REFILL(h, HM_REFILL_LOCAL, count);
-  (void)h;
   block_t *b = s->local_free;
-  s->local_free = NULL;
+  s->local_free = list_cut(s, b, (uint32_t)k - 1);
+  h->sample_left[c] = 1;
+  HM_STAT_REFILL(h, HM_REFILL_LOCAL, (uint32_t)k - 1);
   block_t *next = hm_next_get(s, b);
   s->free = next;
   s->used++;
@@ -877,8 +894,10 @@ void *hm_alloc_slow(size_t n) {
      * off five more saved registers.) */
     hm_sample_tls.caller_ra = (uintptr_t)__builtin_return_address(0);
     hm_sample_tls.caller_cfa = (uintptr_t)__builtin_dwarf_cfa();
-    void *p = heap_alloc_sampling(h, hm_size_class(n), n, false);
+    hm_sample_tls.req = n;
+    void *p = heap_alloc(h, hm_size_class(n));
     hm_sample_tls.caller_ra = 0;
+    hm_sample_tls.req = 0;
     return p;
   }
   return heap_alloc(h, hm_size_class(n));
@@ -890,7 +909,13 @@ void *hm_alloc_class(unsigned c) {
     errno = ENOMEM;
     return NULL;
   }
-  if (unlikely(hm_sample_active)) return heap_alloc_sampling(h, c, hm_class_size[c], true);
+  uint32_t bs = hm_class_size[c];
+  /* (the fast path's pop: heap_alloc takes a list, charged, once cur's is empty) */
+  if (bs <= MEDIUM_MAX) return hm_slab_pop(h, h->cur[c], bs);
+  if (unlikely(hm_sample_any)) { /* (big classes: charged per call) */
+    unsigned fired = hm_sample_one(bs);
+    if (fired != 0) return hm_sample_serve(fired, bs, 0, bs);
+  }
   return heap_alloc(h, c);
 }
 
@@ -1031,11 +1056,11 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
   slab_t *f = &h->foreign[c];
   b->next = f->free;
   f->free = b;
-  /* Sampling: a block pushed on the cache that serves mallocs is the next
-   * one handed out, charged now; when that malloc is the sampled one, the
-   * cache stops serving so that it takes the slow path. */
-  if (unlikely(hm_sample_active) && f->own_id == (uintptr_t)h + 1 && hm_sample_list(1, hm_class_size[c]) == 1) {
-    hm_sample_set_pending(c);
+  /* Exact sampling: a block pushed on the cache that serves mallocs is
+   * handed out, charged now; when the countdown runs out on it, the cache
+   * stops serving, its blocks uncharged (foreign_pop charges them again). */
+  if (unlikely(hm_sample_active) && f->own_id == (uintptr_t)h + 1 && hm_sample_charge(&h->sample_left[c], 1)) {
+    h->sample_left[c] += (int64_t)f->capacity + 2 - f->used; /* (those cached before, and this one) */
     f->own_id = (uintptr_t)h;
     heap_set_cur(h, c, &hm_empty_slab);
   }
@@ -1043,8 +1068,7 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
     uint16_t before = f->used;
     foreign_overflow(f);
     /* (blocks charged but sent back will not be handed out here) */
-    if (unlikely(hm_sample_active) && f->own_id == (uintptr_t)h + 1)
-      hm_sample_uncharge((uint32_t)(f->used - before), hm_class_size[c]);
+    if (unlikely(hm_sample_active) && f->own_id == (uintptr_t)h + 1) h->sample_left[c] += f->used - before;
   }
 }
 

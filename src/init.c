@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <stdlib.h>
 
+#include "guard.h"
 #include "internal.h"
 
 _Atomic int hm_init_state;
@@ -26,8 +27,10 @@ void hm_init_slow(void) {
     hm_heap_process_init();
     hm_big_init();
     hm_prof_init();
+    hm_guard_init();
     atomic_store_explicit(&hm_init_state, 2, memory_order_release);
-    hm_fork_init(); /* pthread_atfork: src/fork.c */
+    hm_guard_fork_init(); /* (first: its lock is taken last, guard.c) */
+    hm_fork_init();       /* pthread_atfork: src/fork.c */
     return;
   }
   while (atomic_load_explicit(&hm_init_state, memory_order_acquire) != 2) sched_yield();

@@ -890,7 +890,8 @@ static void *pack_alloc(size_t n, size_t align, bool zero) {
 }
 
 void *hm_large_alloc(size_t n, size_t align) {
-  if (unlikely(hm_sample_active)) {
+  hm_ensure_init(); /* (before the sampling flags: start-up sets them) */
+  if (unlikely(hm_sample_any)) {
     unsigned fired = hm_sample_one(n);
     if (fired != 0) return hm_sample_serve(fired, n, align, n);
   }
@@ -913,7 +914,8 @@ void *hm_large_alloc_unsampled(size_t n, size_t align) {
 }
 
 void *hm_large_calloc(size_t n) {
-  if (unlikely(hm_sample_active)) {
+  hm_ensure_init(); /* (before the sampling flags: start-up sets them) */
+  if (unlikely(hm_sample_any)) {
     unsigned fired = hm_sample_one(n);
     if (fired != 0) {
       void *p = hm_sample_serve(fired, n, 0, n);

@@ -13,6 +13,7 @@
  *     chance, block.h has why).
  * Reports go through error.c's hm_report_*: abort, or print and leave the
  * block alone under HAKMEM_ON_ERROR=warn. */
+#include "guard.h"
 #include "heap.h"
 
 /* Why p, in slab s's SuperSlab, is not a block hakmem handed out. */
@@ -132,6 +133,8 @@ size_t hm_usable_checked(void *p, int op) {
     case REG_LARGE_FREED:
       hm_report_double(p, op, "large block already freed");
       return 0;
+    case REG_GUARD:
+      return hm_guard_usable(p, op);
     default:
       hm_report_invalid(p, op, "not allocated by hakmem");
       return 0;

@@ -5,20 +5,24 @@
 
 #include "internal.h"
 
-bool hm_sample_active;
+bool hm_sample_active, hm_sample_any, hm_sample_light;
 bool hm_sampler_in_bytes[HM_SAMPLERS];
 hm_sample_serve_fn hm_sampler_serve[HM_SAMPLERS];
 static uint64_t sampler_mean[HM_SAMPLERS];
 static unsigned enabled_mask;
+static double per_alloc_lambda[HM_SAMPLERS]; /* a consumer in allocations: -ln(1 - 1 / mean) */
 /* (left: 0 until drawn; a consumer that is off stays at INT64_MAX once seen) */
 __thread struct hm_sample_tls hm_sample_tls __attribute__((tls_model("initial-exec")));
 
 void hm_sampler_enable(unsigned id, uint64_t mean, bool in_bytes, hm_sample_serve_fn serve) {
   sampler_mean[id] = mean == 0 ? 1 : mean;
+  per_alloc_lambda[id] = sampler_mean[id] <= 1 ? 1e300 : -hm_log(1.0 - 1.0 / (double)sampler_mean[id]);
   hm_sampler_in_bytes[id] = in_bytes;
   hm_sampler_serve[id] = serve;
   enabled_mask |= 1u << id;
-  hm_sample_active = true;
+  hm_sample_any = true;
+  hm_sample_light = enabled_mask == 1u << HM_SAMPLER_GUARD && mean >= HM_SAMPLE_LIGHT_MIN;
+  hm_sample_active = !hm_sample_light;
 }
 
 /* ln(x), x > 0: x = m * 2^e with m in [1, 2); ln m = 2 atanh((m-1)/(m+1)). */
@@ -61,6 +65,7 @@ double hm_one_minus_exp_neg(double x) {
 
 /* An exponential draw of the given mean, at least 1. */
 static int64_t draw(uint64_t mean) {
+  if (mean == 1) return 1; /* every one: what tests ask for (HAKMEM_GUARD_SAMPLE=1) */
   double u = ((double)(hm_random_fast() >> 11) + 0.5) * (1.0 / 9007199254740992.0); /* (0, 1) */
   double d = -hm_log(u) * (double)mean;
   if (d < 1) return 1;
@@ -111,4 +116,36 @@ unsigned hm_sample_fire(size_t size) {
   }
   return fired;
 }
+
+
+/* A consumer's rate for a block of bs bytes: each such malloc is its
+ * sample with probability 1 - exp(-lambda) (bs / mean in bytes; 1 / mean
+ * in allocations: lambda = -ln(1 - 1 / mean), infinite for mean 1). */
+static double lambda(unsigned id, uint32_t bs) {
+  return hm_sampler_in_bytes[id] ? (double)bs / (double)sampler_mean[id] : per_alloc_lambda[id];
+}
+
+int64_t hm_sample_class_draw(uint32_t bs) {
+  if (enabled_mask == 0) return INT64_MAX;
+  double l = 0;
+  for (unsigned id = 0; id < HM_SAMPLERS; id++)
+    if (enabled_mask & (1u << id)) l += lambda(id, bs);
+  if (l >= 1e299) return 1;
+  /* geometric: P(K > k) = exp(-l k), from an exponential draw of mean 1 */
+  double u = ((double)(hm_random_fast() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  double k = -hm_log(u) / l;
+  return k > 4e18 ? (int64_t)4e18 : (int64_t)k + 1;
+}
+
+unsigned hm_sample_class_fire(uint32_t bs) {
+  if (enabled_mask != 3u) return enabled_mask;
+  /* both on: which of them sampled it, given that one did */
+  double p0 = hm_one_minus_exp_neg(lambda(0, bs)), l1 = lambda(1, bs), p1 = l1 >= 1e299 ? 1.0 : hm_one_minus_exp_neg(l1);
+  double p = 1 - (1 - p0) * (1 - p1);
+  double u = ((double)(hm_random_fast() >> 11) + 0.5) * (1.0 / 9007199254740992.0) * p;
+  if (u < p0 * (1 - p1)) return 1u;
+  if (u < p0 * (1 - p1) + p1 * (1 - p0)) return 2u;
+  return 3u;
+}
+
 

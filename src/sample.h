@@ -1,23 +1,18 @@
 /* Sampling decisions, shared by every consumer that wants one allocation
- * now and then: the heap profiler (HAKMEM_PROFILE, a mean in bytes) and,
- * later, the guarded pool (a mean in allocations). docs/DESIGN.md,
- * "Sampling".
+ * now and then: the heap profiler (HAKMEM_PROFILE, a mean in bytes) and
+ * the guarded pool (a mean in allocations). docs/DESIGN.md, "Sampling".
  *
  * Interface:
- *  - hm_sampler_enable(id, mean, in_bytes, serve) at start-up: each
- *    consumer has its own per-thread countdown, drawn from an exponential
- *    distribution of the given mean (bytes, or allocations), and a serve
- *    hook that allocates the sampled block itself (so that its free takes
- *    a path the consumer sees: the fast paths never look for samples).
- *  - The slab lane charges a whole free list at once when it installs one
- *    (hm_sample_list: returns the position of the first sampled malloc in
- *    it, where the heap cuts the list so that that malloc takes the slow
- *    path), then calls hm_sample_fire there. Every other lane (big slab
- *    classes, large blocks) calls hm_sample_one per allocation.
- *  - While any consumer is on, hm_sample_active is set and the fast path
- *    goes to the slow path instead of swapping local_free in itself, so
- *    that every list handed out is charged (hm_slab_pop).
- *  - Both return a mask of the consumers that fired (bit id). */
+ *  - hm_sampler_enable(id, mean, in_bytes, serve) at start-up: the mean,
+ *    and a serve hook that allocates the sampled block itself (so that its
+ *    free takes a path the consumer sees: the fast paths never look for
+ *    samples).
+ *  - The slab lane: one countdown per class in the heap, for all consumers
+ *    (hm_sample_class_draw, hm_sample_class_fire), charged a list at a
+ *    time (heap.h, heap.c).
+ *  - Every other lane (big slab classes, large blocks): a per-thread
+ *    countdown per consumer, charged per allocation (hm_sample_one).
+ *  - Both give a mask of the consumers that fired (bit id). */
 #ifndef HAKMEM_SAMPLE_H
 #define HAKMEM_SAMPLE_H
 
@@ -35,13 +30,22 @@ _Static_assert(HM_SAMPLERS == 2, "hm_sample_list tests each consumer by hand");
 typedef void *(*hm_sample_serve_fn)(unsigned fired, size_t n, size_t align, size_t charged);
 
 __attribute__((visibility("hidden"))) extern bool hm_sample_active;
+/* Some consumer is on: the big-slab classes and the large lane charge each
+ * call (hm_sample_one). */
+__attribute__((visibility("hidden"))) extern bool hm_sample_any;
+/* The guarded pool alone, at a mean of HM_SAMPLE_LIGHT_MIN allocations or
+ * more: hm_sample_active stays off, so threads trade frees (whose pushes on
+ * the list in use are not charged). Else (the profiler on) it is set:
+ * threads do not trade, and hm_alloc_slow notes the caller (stacks from
+ * the cache, prof.c). docs/DESIGN.md, "Sampling", "Guarded pool". */
+__attribute__((visibility("hidden"))) extern bool hm_sample_light;
+#define HM_SAMPLE_LIGHT_MIN 1000
 
-/* Per thread: each consumer's countdown (INT64_MAX while it is off; 0
- * until drawn), and the classes whose next slow-path malloc is the sampled
- * one (the heap cut their list there). */
+/* Per thread: each consumer's countdown for the lanes charged per call
+ * (INT64_MAX while it is off; 0 until drawn). */
 struct hm_sample_tls {
   int64_t left[HM_SAMPLERS];
-  uint64_t pending[2];
+  size_t req; /* the request's size, while in hm_alloc_slow with sampling exact (0: unknown) */
   /* the program's call into malloc, while in hm_alloc_slow (0: unknown):
    * its return address and stack position (hm_stack_capture_at) */
   uintptr_t caller_ra, caller_cfa;
@@ -68,20 +72,6 @@ static inline __attribute__((always_inline)) uint32_t hm_sample_list(uint32_t co
   }
   return hm_sample_list_slow(count, size);
 }
-/* Would a sample fall within such a list? (Nothing charged.) */
-static inline __attribute__((always_inline)) bool hm_sample_peek(uint32_t count, uint32_t size) {
-  struct hm_sample_tls *t = &hm_sample_tls;
-  int64_t u0 = hm_sampler_in_bytes[0] ? (int64_t)count * size : count;
-  int64_t u1 = hm_sampler_in_bytes[1] ? (int64_t)count * size : count;
-  return !(t->left[0] > u0 && t->left[1] > u1);
-}
-/* count blocks charged by hm_sample_list will not be handed out after all. */
-static inline __attribute__((always_inline)) void hm_sample_uncharge(uint32_t count, uint32_t size) {
-  for (unsigned id = 0; id < HM_SAMPLERS; id++) {
-    int64_t *l = &hm_sample_tls.left[id];
-    if (*l < INT64_MAX / 2) *l += hm_sampler_in_bytes[id] ? (int64_t)count * size : count;
-  }
-}
 /* The malloc at the position hm_sample_list returned: charges it, redraws
  * the countdowns that expired; the mask of those. */
 __attribute__((visibility("hidden"))) unsigned hm_sample_fire(size_t size);
@@ -97,18 +87,17 @@ static inline __attribute__((always_inline)) void *hm_sample_serve(unsigned fire
   return hm_sampler_serve[id](fired, n, align, charged);
 }
 
-static inline __attribute__((always_inline)) void hm_sample_set_pending(unsigned cls) {
-  hm_sample_tls.pending[cls / 64] |= (uint64_t)1 << (cls % 64);
-}
-static inline __attribute__((always_inline)) bool hm_sample_is_pending(unsigned cls) {
-  return (hm_sample_tls.pending[cls / 64] >> (cls % 64)) & 1;
-}
-static inline __attribute__((always_inline)) bool hm_sample_take_pending(unsigned cls) {
-  uint64_t bit = (uint64_t)1 << (cls % 64), *w = &hm_sample_tls.pending[cls / 64];
-  if (__builtin_expect(!(*w & bit), 1)) return false;
-  *w &= ~bit;
-  return true;
-}
+
+/* The slab lane's countdowns (a heap's sample_left[class], in blocks of
+ * the class, one for all consumers): a fresh one for a class of bs-byte
+ * blocks (1 + a geometric draw whose rate is the sum of the consumers';
+ * INT64_MAX while nothing samples), and, when it runs out, which consumers
+ * sample that malloc (each in proportion to its own chance). Exact for
+ * both kinds of consumer: a block is sampled by each with its own
+ * probability, independently of what came before. */
+__attribute__((visibility("hidden"))) int64_t hm_sample_class_draw(uint32_t bs);
+__attribute__((visibility("hidden"))) unsigned hm_sample_class_fire(uint32_t bs);
+
 
 /* Natural logarithm and 1 - exp(-x), without libm (the draws; the
  * weights, 1 / (1 - exp(-size / mean)), as pprof and tcmalloc use). */

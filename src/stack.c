@@ -122,10 +122,17 @@ int hm_stack_capture_at(uintptr_t ra, uintptr_t cfa, uintptr_t *pcs, int max) {
 /* A fork child: the cache's lock may have been held by another thread. */
 void hm_stack_fork_child(void) { atomic_store_explicit(&sc_lock, 0, memory_order_relaxed); }
 
-void hm_stack_init(void) {
-  void *m = mmap(NULL, SC_ENTRIES * sizeof(sc_entry_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  sc = m == MAP_FAILED ? NULL : m;
+void hm_stack_warm(void) {
+  if (own_hi != 0) return;
   dl_iterate_phdr(find_own, (void *)(uintptr_t)&hm_stack_init);
   uintptr_t warm[4];
   hm_stack_capture(warm, 4); /* the unwinder's first-call set-up, now */
+}
+
+void hm_stack_init(void) {
+  if (sc == NULL) {
+    void *m = mmap(NULL, SC_ENTRIES * sizeof(sc_entry_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    sc = m == MAP_FAILED ? NULL : m;
+  }
+  hm_stack_warm();
 }

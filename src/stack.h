@@ -14,6 +14,9 @@
 
 /* Call once, outside any allocator lock (start-up); and in a fork child. */
 __attribute__((visibility("hidden"))) void hm_stack_init(void);
+/* The same without the call-site cache (hm_stack_capture_at then walks
+ * every time): for a consumer that samples too rarely to need it. */
+__attribute__((visibility("hidden"))) void hm_stack_warm(void);
 __attribute__((visibility("hidden"))) void hm_stack_fork_child(void);
 /* Is pc inside hakmem's own code? */
 __attribute__((visibility("hidden"))) int hm_stack_is_own(uintptr_t pc);

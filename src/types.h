@@ -69,8 +69,9 @@ enum { KIND_SMALL = 0, KIND_MEDIUM = 1, KIND_BIG = 2, NUM_KINDS = 3 };
 /* REG_LARGE_FREED: a large block started in the chunk and went back to the
  * OS, so a second free can say "double free" (until the chunk is reused). */
 /* REG_LARGE_PACK: a 2 MiB chunk of packed large blocks (pack.c). */
+/* REG_GUARD: the guarded pool's (guard.c). */
 enum { REG_NONE = 0, REG_SS = 1, REG_LARGE_HEAD = 2, REG_LARGE_TAIL = 3, REG_SS_CACHED = 4, REG_LARGE_FREED = 5,
-       REG_LARGE_PACK = 6 };
+       REG_LARGE_PACK = 6, REG_GUARD = 7 };
 extern HM_HIDDEN uint8_t hm_registry[REG_ENTRIES];
 
 /* Relaxed atomics (plain moves on x86): a chunk unmapped by one thread can be
@@ -345,6 +346,10 @@ typedef struct heap {
    * direct size indexes it directly, without the class lookup. */
   slab_t *direct[DIRECT_MAX / 16 + 1];
   slab_t *cur[NUM_CLASSES];        /* slab serving allocations (never NULL) */
+  /* Sampling's countdowns, per class (sample.h), charged a list's length as
+   * the fast path swaps local_free in or heap_alloc installs a list: here,
+   * as malloc has h in a register. INT64_MAX: nothing samples. */
+  int64_t sample_left[NUM_CLASSES];
   slab_t *avail[NUM_CLASSES];      /* other slabs of the class with free blocks */
   slab_t *avail_tail[NUM_CLASSES]; /* (FIFO: pushed at the tail) */
   slab_t *sparse[NUM_CLASSES];     /* listed slabs mostly free, left to drain (LIFO) */
