@@ -1,12 +1,13 @@
 /* Workloads for the heap profiler's tests (test_prof.py), run with
  * libhakmem.so preloaded: allocations at known, exported call sites (built
  * with -rdynamic so that the profile names them), in known amounts.
- *   prof_workload sites | leak | fork | threads | signal PATH | dump PATH | labels
+ *   prof_workload sites | leak | fork | threads | signal PATH | dump PATH | labels | trade
  * Prints "expect SITE alloc_bytes inuse_bytes" lines for the checker. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@ NOINLINE void *thread_site(size_t n) { return malloc(n); }
 NOINLINE void *two_sizes_site(size_t n) { return malloc(n); }
 NOINLINE void *early_site(size_t n) { return malloc(n); }
 NOINLINE void *late_site(size_t n) { return malloc(n); }
+NOINLINE void *trade_site(size_t n) { return malloc(n); }
 
 static void expect(const char *site, double alloc, double inuse) {
   printf("expect %s %.0f %.0f\n", site, alloc, inuse);
@@ -177,6 +179,41 @@ static int run_labels(void) {
   return 0;
 }
 
+/* Two threads trade blocks (each frees the other's and its own, then
+ * mallocs again: hakmem's trading frees, whose pushes the next mallocs
+ * take), in sizes of many classes: every malloc must still be charged. */
+enum { TRADE_SLOTS = 4096, TRADE_ITERS = 200000 };
+static void *_Atomic trade_slots[TRADE_SLOTS];
+static double trade_bytes[2];
+
+static void *trade_main(void *arg) {
+  long t = (long)arg;
+  unsigned x = 12345u + (unsigned)t * 777u;
+  double bytes = 0;
+  for (int i = 0; i < TRADE_ITERS; i++) {
+    x = x * 1103515245u + 12345u;
+    size_t n = 16 + (x >> 8) % 1000, m = 16 + (x >> 20) % 200;
+    void *q = trade_site(n);
+    touch(q, n);
+    free(atomic_exchange(&trade_slots[(x >> 4) % TRADE_SLOTS], q));
+    void *r = trade_site(m); /* its own block, freed at once */
+    touch(r, m);
+    free(r);
+    bytes += (double)(n + m);
+  }
+  trade_bytes[t] = bytes;
+  return NULL;
+}
+
+static int run_trade(void) {
+  pthread_t th[2];
+  for (long t = 0; t < 2; t++) pthread_create(&th[t], NULL, trade_main, (void *)t);
+  for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
+  for (int i = 0; i < TRADE_SLOTS; i++) free(trade_slots[i]);
+  expect("trade_site", trade_bytes[0] + trade_bytes[1], 0);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   if (strcmp(argv[1], "sites") == 0) return run_sites();
@@ -186,5 +223,6 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "signal") == 0 && argc > 2) return run_signal(argv[2]);
   if (strcmp(argv[1], "dump") == 0 && argc > 2) return run_dump(argv[2]);
   if (strcmp(argv[1], "labels") == 0) return run_labels();
+  if (strcmp(argv[1], "trade") == 0) return run_trade();
   return 2;
 }

@@ -5,7 +5,7 @@ with a profile.proto decoder of its own (CI has no Go); where `go` is
 installed, `go tool pprof -top` must read them too.
 
   test_prof.py LIBHAKMEM PROF_WORKLOAD MODE [LAUNCHER]
-MODE: sites | leak | fork | threads | signal | dump | perl | labels | launcher | svg
+MODE: sites | leak | fork | threads | trade | signal | dump | perl | labels | launcher | svg
 Estimates are checked against the amounts allocated within a tolerance of
 30% (at HAKMEM_PROFILE_RATE=16384, about five standard deviations: over
 60 runs of `dump` the estimates spread by 4-6%).
@@ -285,14 +285,14 @@ def main():
         def profile_of(pid):
             return os.path.join(tmp, "heap.%d.pb.gz" % pid)
 
-        if mode in ("sites", "threads"):
+        if mode in ("sites", "threads", "trade"):
             out, _ = run([workload, mode], env, tmp)
             files = [f for f in os.listdir(tmp) if f.startswith("heap.")]
             if len(files) != 1:
                 fail("expected one profile, found %s" % files)
             path = os.path.join(tmp, files[0])
             check_expect(decode(path), out)
-            go_top(path, {"sites": "site_big", "threads": "thread_site"}[mode])
+            go_top(path, {"sites": "site_big", "threads": "thread_site", "trade": "trade_site"}[mode])
         elif mode == "labels":
             out, _ = run([workload, mode], {"LD_PRELOAD": lib, "HAKMEM_PROFILE": os.path.join(tmp, "l.pb.gz")}, tmp)
             path = os.path.join(tmp, "l.pb.gz")
