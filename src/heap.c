@@ -1081,8 +1081,9 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
     }
     h = created;
   }
-  /* h is this thread's heap. */
-  hm_tls_free_id = (uintptr_t)h | 1;
+  /* h is this thread's heap. (Not while profiling with no foreign cache:
+   * the thread's own frees would go back one atomic push each, fc_idle_id.) */
+  if (likely(!hm_sample_active || hm_opt[HM_OPT_FOREIGN_CACHE_KB] != 0)) hm_tls_free_id = (uintptr_t)h | 1;
   slab_shape_t *sh = &ss->shape[hm_slab_index(ss, b)];
   unsigned c = __atomic_load_n(&sh->cls, __ATOMIC_RELAXED);
   /* Tell the owner's double-free check that a block of this slab may sit
