@@ -608,6 +608,19 @@ static HM_NOINLINE void *heap_sample_serve(heap_t *h, unsigned c, size_t n) {
   return hm_sample_serve(hm_sample_class_fire(bs), n, 0, bs);
 }
 
+/* The first block of s's free list (not empty), handed out. */
+HM_INLINE void *slab_take(heap_t *h, slab_t *s, unsigned c) {
+  (void)h, (void)c; /* (the statistics build counts) */
+  block_t *b = s->free;
+#ifdef HAKMEM_SECURE
+  if (unlikely(!hm_head_ok(s, b))) hm_corrupt_list(s, b);
+#endif
+  s->free = hm_next_decode(s, b);
+  s->used++;
+  HM_STAT_ADD(h, alloc[c], 1);
+  return hm_block_handout(s, b, NULL);
+}
+
 /* Cut list b of s after its first `keep` blocks (keep >= 1); the rest. */
 static block_t *list_cut(slab_t *s, block_t *b, uint32_t keep) {
   for (uint32_t i = 1; i < keep; i++) b = hm_next_get(s, b);
@@ -634,14 +647,7 @@ static HM_NOINLINE void *heap_sample_install(heap_t *h, slab_t *s) {
     s->local_free = list_cut(s, s->free, (uint32_t)k - 1);
     h->sample_left[c] = 1;
   }
-  block_t *b = s->free;
-#ifdef HAKMEM_SECURE
-  if (unlikely(!hm_head_ok(s, b))) hm_corrupt_list(s, b);
-#endif
-  s->free = hm_next_decode(s, b);
-  s->used++;
-  HM_STAT_ADD(h, alloc[c], 1);
-  return hm_block_handout(s, b, NULL);
+  return slab_take(h, s, c);
 }
 
 /* Pop from the foreign cache of class c, making it the current slab. */
@@ -705,14 +711,7 @@ static void *heap_alloc(heap_t *h, unsigned c) {
         /* (sampling: the list charged, as the fast path's swap does) */
         if (unlikely(hm_sample_charge(&h->sample_left[s->cls], (int64_t)s->carved - (int64_t)s->used)))
           return heap_sample_install(h, s);
-        block_t *b = s->free;
-#ifdef HAKMEM_SECURE
-        if (unlikely(!hm_head_ok(s, b))) hm_corrupt_list(s, b);
-#endif
-        s->free = hm_next_decode(s, b);
-        s->used++;
-        HM_STAT_ADD(h, alloc[c], 1);
-        return hm_block_handout(s, b, NULL);
+        return slab_take(h, s, c);
       }
       if (s->carved < s->capacity) {
         avail_push(h, s); /* it has blocks left to carve */
