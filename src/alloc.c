@@ -62,7 +62,7 @@ void *hak_calloc(size_t nmemb, size_t size) {
     errno = ENOMEM;
     return NULL;
   }
-  if (likely(n <= POOL_MAX)) {
+  if (likely(n <= HM_PACK_MIN) || (n <= POOL_MAX && !hm_packs_pool_size(n))) {
     void *p = hm_malloc_small(n);
     if (p != NULL) memset(p, 0, n);
     return p;

@@ -881,12 +881,29 @@ static void pack_window_count(bool grow) {
   atomic_store_explicit(&window_spans, g * PACK_GROW_RATIO > PACK_WINDOW, memory_order_relaxed);
 }
 
-/* A block of n bytes from a pack (NULL: it takes a span). */
+/* A block of n bytes from a pack (NULL: it takes a span). Pool sizes
+ * are packed whatever the window says: in the pool they would be copied
+ * to grow too. */
 static void *pack_alloc(size_t n, size_t align, bool zero) {
   if (align > HM_PAGE_SIZE || n > HM_PACK_MAX || !hm_pack_enabled()) return NULL;
-  pack_window_count(false);
-  if (atomic_load_explicit(&window_spans, memory_order_relaxed)) return NULL;
+  if (n > POOL_MAX) {
+    pack_window_count(false);
+    if (atomic_load_explicit(&window_spans, memory_order_relaxed)) return NULL;
+  }
   return hm_pack_alloc(n, zero);
+}
+
+bool hm_packs_pool_size(size_t n) {
+  hm_ensure_init(); /* (the options) */
+  return n > (size_t)hm_opt[HM_OPT_PACK_MIN_KB] << 10 && n <= POOL_MAX && hm_pack_enabled();
+}
+
+/* Pool sizes above HAKMEM_PACK_MIN_KB take pages from the packs, where
+ * each free page can go back on its own (docs/DESIGN.md, "Packed pool
+ * sizes"); the others up to POOL_MAX take slabs. */
+void *hm_malloc_above(size_t n) {
+  if (n <= POOL_MAX && !hm_packs_pool_size(n)) return hm_malloc_small(n);
+  return hm_large_alloc(n, 0);
 }
 
 void *hm_large_alloc(size_t n, size_t align) {
@@ -1260,7 +1277,7 @@ static void *pack_move_out(void *p, size_t old, size_t n) {
 static void *pack_realloc(void *p, size_t n) {
   size_t old = hm_pack_usable(p);
   if (old == 0) hm_fatal("invalid realloc", p, "not the start of a large block");
-  if (n <= LARGE_SHRINK_MOVE) return shrink_to_pool(p, n);
+  if (n <= LARGE_SHRINK_MOVE && !hm_packs_pool_size(n)) return shrink_to_pool(p, n);
   if (n <= HM_PACK_MAX) {
     count_block(-1, p);
     bool done = hm_pack_resize(p, n);
