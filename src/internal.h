@@ -319,7 +319,7 @@ HM_HIDDEN void hm_large_chunk_give(void *chunk);
 
 /* large.c: the large lane (blocks above POOL_MAX) */
 HM_HIDDEN void *hm_large_alloc(size_t n, size_t align);
-HM_HIDDEN void *hm_malloc_above(size_t n);       /* malloc above HM_PACK_MIN: packs, big slabs or the lane */
+HM_HIDDEN void *hm_alloc_above(size_t n, bool zero); /* above HM_PACK_MIN: packs, slabs or the lane */
 HM_HIDDEN bool hm_packs_pool_size(size_t n);     /* n <= POOL_MAX is packed (HAKMEM_PACK_MIN_KB) */
 HM_HIDDEN void *hm_large_alloc_unsampled(size_t n, size_t align); /* for a sampler's serve hook */
 HM_HIDDEN void *hm_large_calloc(size_t n);
