@@ -944,22 +944,24 @@ void *hm_sample_swap(heap_t *h, slab_t *s, size_t n) {
   return hm_block_handout(s, b, next);
 }
 
+/* No heap for this thread: libc's malloc while hakmem forwards to it,
+ * else ENOMEM. */
+static HM_NOINLINE void *alloc_failed(size_t n) {
+  if (hm_force_libc) return __libc_malloc(n);
+  errno = ENOMEM;
+  return NULL;
+}
+
 void *hm_alloc_slow(size_t n) {
   heap_t *h = hm_tls_heap;
-  if (unlikely(h == &hm_empty_heap)) {
-    h = heap_for_thread();
-    if (h == NULL) {
-      if (hm_force_libc) return __libc_malloc(n);
-      errno = ENOMEM;
-      return NULL;
-    }
-  }
-  hm_purge_tick();
+  /* (a thread's first call: the heap first, which also sees start-up done) */
+  if (unlikely(h == &hm_empty_heap) && (h = heap_for_thread()) == NULL) return alloc_failed(n);
   if (unlikely(hm_sample_active)) {
     unsigned c = hm_size_class(n);
     void *p;
     /* the serving foreign cache ran dry, its commonest miss: refilled at once */
     if (n <= MEDIUM_MAX && h->cur[c] == &h->fc_serve[c] && (p = foreign_refill(h, h->cur[c], c)) != NULL) return p;
+    hm_purge_tick();
     /* malloc jumps here (a tail call): the return address is the
      * program's, which lets a sampled stack come from the cache. (Out of
      * line: inlined, the sampling path cost every slow call with sampling
@@ -972,6 +974,7 @@ void *hm_alloc_slow(size_t n) {
     hm_sample_tls.req = 0;
     return p;
   }
+  hm_purge_tick();
   return heap_alloc(h, hm_size_class(n));
 }
 
