@@ -62,12 +62,12 @@ void *hak_calloc(size_t nmemb, size_t size) {
     errno = ENOMEM;
     return NULL;
   }
-  if (likely(n <= POOL_MAX)) {
+  if (likely(n <= HM_PACK_MIN)) {
     void *p = hm_malloc_small(n);
     if (p != NULL) memset(p, 0, n);
     return p;
   }
-  return hm_large_calloc(n);
+  return hm_alloc_above(n, true);
 }
 
 #define REALLOC_PACK_MIN ((size_t)64 << 10)

@@ -11,9 +11,8 @@
 HM_INLINE void *hm_malloc(size_t n) {
   heap_t *h = hm_tls_heap;
   if (likely(n <= DIRECT_MAX)) return hm_slab_pop(h, h->direct[(n + 15) >> 4], n);
-  if (likely(n <= MEDIUM_MAX)) return hm_slab_pop(h, h->cur[hm_medium_class_of(n)], n);
-  if (n <= POOL_MAX) return hm_malloc_big(n);
-  return hm_large_alloc(n, 0);
+  if (likely(n <= HM_PACK_MIN)) return hm_slab_pop(h, h->cur[hm_medium_class_of(n)], n);
+  return hm_alloc_above(n, false);
 }
 
 /* x == y ? a : b, by a conditional move: where the test is a coin toss, a

@@ -282,6 +282,11 @@ HM_HIDDEN size_t hm_big_collect(heap_t *h);
  * 2 MiB chunks (not in secure mode). The large lane calls these for
  * blocks in REG_LARGE_PACK chunks. */
 #define HM_PACK_MAX ((size_t)1 << 20)
+/* Pool sizes above HAKMEM_PACK_MIN_KB are packed too (docs/DESIGN.md,
+ * "Packed pool sizes"); its least value, up to which malloc's inline path
+ * takes slabs. */
+#define HM_PACK_MIN ((size_t)32 << 10)
+_Static_assert(HM_PACK_MIN > DIRECT_MAX && HM_PACK_MIN <= MEDIUM_MAX, "the inline path's classes");
 HM_HIDDEN bool hm_pack_enabled(void);
 HM_HIDDEN void *hm_pack_alloc(size_t n, bool zero);     /* NULL: use a span */
 HM_HIDDEN size_t hm_pack_usable(const void *p);          /* 0: not a live block's start */
@@ -314,6 +319,8 @@ HM_HIDDEN void hm_large_chunk_give(void *chunk);
 
 /* large.c: the large lane (blocks above POOL_MAX) */
 HM_HIDDEN void *hm_large_alloc(size_t n, size_t align);
+HM_HIDDEN void *hm_alloc_above(size_t n, bool zero); /* above HM_PACK_MIN: packs, slabs or the lane */
+HM_HIDDEN bool hm_packs_pool_size(size_t n);     /* n <= POOL_MAX is packed (HAKMEM_PACK_MIN_KB) */
 HM_HIDDEN void *hm_large_alloc_unsampled(size_t n, size_t align); /* for a sampler's serve hook */
 HM_HIDDEN void *hm_large_calloc(size_t n);
 HM_HIDDEN void *hm_large_realloc(void *p, size_t n);

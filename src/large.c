@@ -889,6 +889,43 @@ static void *pack_alloc(size_t n, size_t align, bool zero) {
   return hm_pack_alloc(n, zero);
 }
 
+/* While the lane's blocks grow (the window takes spans), pool sizes take
+ * slabs, as they did before they were packed: a packed block that grows
+ * must be copied or moved out, a pool block moved by realloc past 64 KiB
+ * takes a span then, which grows in place. */
+bool hm_packs_pool_size(size_t n) {
+  hm_ensure_init(); /* (the options) */
+  return n > (size_t)hm_opt[HM_OPT_PACK_MIN_KB] << 10 && n <= POOL_MAX && hm_pack_enabled() && !hm_force_libc &&
+         !atomic_load_explicit(&window_spans, memory_order_relaxed);
+}
+
+/* Pool sizes above HAKMEM_PACK_MIN_KB take pages from the packs, where
+ * each free page can go back on its own (docs/DESIGN.md, "Packed pool
+ * sizes"); the others up to POOL_MAX take slabs. (Not counted in the
+ * window, which is about the lane's own blocks.) */
+void *hm_alloc_above(size_t n, bool zero) {
+  if (n > POOL_MAX) return zero ? hm_large_calloc(n) : hm_large_alloc(n, 0);
+  if (hm_packs_pool_size(n)) {
+    if (unlikely(hm_sample_any)) { /* charged per call, as large blocks are */
+      unsigned fired = hm_sample_one(n);
+      if (fired != 0) {
+        void *p = hm_sample_serve(fired, n, 0, n);
+        if (p != NULL && zero) memset(p, 0, n);
+        return p;
+      }
+    }
+    hm_purge_tick();
+    void *p = hm_pack_alloc(n, zero);
+    if (p != NULL) {
+      hm_stats_large(1, page_round(n), page_round(n));
+      return p;
+    }
+  }
+  void *p = hm_malloc_small(n);
+  if (p != NULL && zero) memset(p, 0, n);
+  return p;
+}
+
 void *hm_large_alloc(size_t n, size_t align) {
   hm_ensure_init(); /* (before the sampling flags: start-up sets them) */
   if (unlikely(hm_sample_any)) {
@@ -1260,7 +1297,7 @@ static void *pack_move_out(void *p, size_t old, size_t n) {
 static void *pack_realloc(void *p, size_t n) {
   size_t old = hm_pack_usable(p);
   if (old == 0) hm_fatal("invalid realloc", p, "not the start of a large block");
-  if (n <= LARGE_SHRINK_MOVE) return shrink_to_pool(p, n);
+  if (n <= LARGE_SHRINK_MOVE && !hm_packs_pool_size(n)) return shrink_to_pool(p, n);
   if (n <= HM_PACK_MAX) {
     count_block(-1, p);
     bool done = hm_pack_resize(p, n);

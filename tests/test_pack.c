@@ -15,6 +15,10 @@
  *   window    after many blocks grown by realloc, new blocks take spans;
  *             after many kept at their size, packs again
  *   off       HAKMEM_LARGE_PACK=0: a block takes a 2 MiB span
+ *   pool      pool sizes above HAKMEM_PACK_MIN_KB (32) are packed too:
+ *             malloc, calloc and realloc of 32 KiB + 1 to 256 KiB take
+ *             pages, up to 32 KiB slabs; the pages of free blocks amid
+ *             live ones go back at malloc_trim (a slab's would not)
  *   order     every block lands where a model of the policy (the lowest
  *             pack, by address, with a free run that fits; the shortest
  *             such run there) puts it, through thousands of mallocs, frees,
@@ -212,6 +216,51 @@ static void test_off(void) {
   free(p);
 }
 
+/* Pool sizes above HAKMEM_PACK_MIN_KB (docs/DESIGN.md, "Packed pool sizes"). */
+static void test_pool(void) {
+  malloc_trim(0);
+  char *s = malloc(32 * KiB), *a = malloc(32 * KiB + 1), *b = malloc(POOL_MAX);
+  char *z = calloc(1, 48 * KiB);
+  CHECK(s && a && b && z, "malloc");
+  CHECK(hm_reg_kind((uintptr_t)s) == REG_SS, "32 KiB not a slab block");
+  CHECK(hm_reg_kind((uintptr_t)a) == REG_LARGE_PACK && hm_reg_kind((uintptr_t)b) == REG_LARGE_PACK &&
+            hm_reg_kind((uintptr_t)z) == REG_LARGE_PACK,
+        "32 KiB + 1, 256 KiB, calloc(48 KiB) not packed (%u %u %u)", hm_reg_kind((uintptr_t)a),
+        hm_reg_kind((uintptr_t)b), hm_reg_kind((uintptr_t)z));
+  CHECK(malloc_usable_size(a) == 36 * KiB, "usable %zu", malloc_usable_size(a));
+  for (size_t i = 0; i < 48 * KiB; i += 256) CHECK(z[i] == 0, "calloc byte %zu = %d", i, z[i]);
+  /* realloc: down to 40 KiB in place, to 32 KiB into the slabs, back up packed */
+  tc_fill(b, POOL_MAX, 7);
+  char *q = realloc(b, 40 * KiB);
+  CHECK(q == b && malloc_usable_size(q) == 40 * KiB, "shrink in place: %p -> %p", (void *)b, (void *)q);
+  q = realloc(q, 20 * KiB);
+  CHECK(q && hm_reg_kind((uintptr_t)q) == REG_SS && tc_verify(q, 20 * KiB, 7) == (size_t)-1, "realloc to 20 KiB not a slab block");
+  q = realloc(q, 100 * KiB);
+  CHECK(q && hm_reg_kind((uintptr_t)q) == REG_LARGE_PACK && tc_verify(q, 20 * KiB, 7) == (size_t)-1, "realloc to 100 KiB not packed");
+  free(q);
+  free(s);
+  free(a);
+  free(z);
+  /* Every other block of 48 KiB freed, each written whole: malloc_trim
+   * gives back their pages though their neighbours stay live. */
+  enum { N = 64 };
+  char *blk[N];
+  for (int i = 0; i < N; i++) {
+    blk[i] = malloc(48 * KiB);
+    CHECK(blk[i], "malloc");
+    tc_fill(blk[i], 48 * KiB, (uint64_t)i + 1);
+  }
+  for (int i = 0; i < N; i += 2) free(blk[i]);
+  malloc_trim(0);
+  size_t res = 0;
+  for (int i = 0; i < N; i += 2) res += resident(blk[i], 48 * KiB);
+  CHECK(res == 0, "%zu pages of %d free 48 KiB blocks still resident after malloc_trim", res, N / 2);
+  for (int i = 1; i < N; i += 2) {
+    CHECK(tc_verify(blk[i], 48 * KiB, (uint64_t)i + 1) == (size_t)-1 && resident(blk[i], 48 * KiB) == 12, "live block %d", i);
+    free(blk[i]);
+  }
+}
+
 /* ---- order: placement against an independent model ------------------------ */
 
 #define MPAGES ((unsigned)(SS_SIZE / PG)) /* a pack's pages; page 0 is its header */
@@ -370,7 +419,7 @@ int main(int argc, char **argv) {
     const char *name;
     void (*fn)(void);
   } parts[] = {{"layout", test_layout}, {"realloc", test_realloc}, {"purge", test_purge}, {"window", test_window},
-                 {"off", test_off},       {"order", test_order}};
+                 {"pool", test_pool},     {"off", test_off},       {"order", test_order}};
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
     if (argc > 1 && strcmp(argv[1], parts[i].name) != 0) continue;
     if (argc == 1 && (strcmp(parts[i].name, "off") == 0 || strcmp(parts[i].name, "order") == 0)) continue;
