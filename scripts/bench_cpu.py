@@ -6,7 +6,8 @@ On the shared 2-core machine a run's wall time is mostly the scheduler's
 spends its time waiting. Its CPU time (user + sys, from wait4) is less
 sensitive, so this prints the operations per CPU-second: runs interleaved
 (A B C ... A B C ...), the median and every run, with the median CPU and
-system seconds, minor faults and the largest peak RSS.
+system seconds and minor faults (no peak RSS: a child's counts the
+forked Python's before the exec; scripts/bench.py has it).
 
   python3 scripts/bench_cpu.py RUNS NAME=LIB[,VAR=VALUE...] ... -- PROGRAM ARGS...
 
@@ -49,14 +50,14 @@ def main():
                 b = re.search(r"^seconds:\s*([\d.]+)", out, re.M)
                 ops = float(a.group(1)) * float(b.group(1)) if a and b else float("nan")
             cpu = ru.ru_utime + ru.ru_stime
-            res[n].append((ops / cpu if cpu else float("nan"), cpu, ru.ru_stime, ru.ru_minflt, ru.ru_maxrss / 1024))
+            res[n].append((ops / cpu if cpu else float("nan"), cpu, ru.ru_stime, ru.ru_minflt))
     print("load at the end: %.1f" % os.getloadavg()[0])
     for n, _ in allocs:
         v = res[n]
-        print("%-12s ops/CPU-s median %8.1fM  [%s]  CPU s %.2f  sys s %.2f  minflt %d  peak RSS %.1f MiB" % (
+        print("%-12s ops/CPU-s median %8.1fM  [%s]  CPU s %.2f  sys s %.2f  minflt %d" % (
             n, statistics.median(x[0] for x in v) / 1e6, " ".join("%.1f" % (x[0] / 1e6) for x in v),
             statistics.median(x[1] for x in v), statistics.median(x[2] for x in v),
-            statistics.median(x[3] for x in v), max(x[4] for x in v)))
+            statistics.median(x[3] for x in v)))
 
 
 if __name__ == "__main__":
