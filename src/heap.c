@@ -34,6 +34,11 @@ _Static_assert(offsetof(heap_t, fc_stand_in) + sizeof(slab_t) <= UINT16_MAX, "fo
  * (hm_free_trading adds it to the id it has in a register). */
 #define FC_STAND_IN ((uint16_t)(offsetof(heap_t, fc_stand_in) - 1))
 HM_INLINE uint16_t fc_offset(unsigned c) { return (uint16_t)(offsetof(heap_t, foreign) + c * sizeof(slab_t) - 1); }
+/* A foreign cache's (and the stand-in's) own_id while it does not serve:
+ * h, so that a trading thread's own blocks go to their slab; while the
+ * profiler is on, h + 1, which no owner is, so that they go to the cache,
+ * never on the list malloc pops (docs/DESIGN.md, "Sampling"). */
+static uintptr_t fc_idle_id(const heap_t *h) { return (uintptr_t)h + hm_sample_active; }
 __thread heap_t *hm_tls_heap __attribute__((tls_model("initial-exec"))) = &hm_empty_heap;
 __thread uintptr_t hm_tls_free_id __attribute__((tls_model("initial-exec"))) = (uintptr_t)&hm_empty_heap;
 
@@ -651,8 +656,70 @@ static HM_NOINLINE void *heap_sample_install(heap_t *h, slab_t *s) {
   return slab_take(h, s, c);
 }
 
+/* While the profiler is on (docs/DESIGN.md, "Sampling"): the foreign
+ * cache of class c serves from fc_serve[c], its list moved there and
+ * charged at once; spent within it at the k-th block, the first k - 1 move
+ * and the rest stay, so that the k-th malloc comes back here. */
+static void *foreign_serve(heap_t *h, unsigned c) {
+  slab_t *f = &h->foreign[c], *g = &h->fc_serve[c];
+  if (g->free == NULL) { /* (else a slow call while it still serves) */
+    int64_t cached = (int64_t)f->capacity + 1 - f->used;
+    if (unlikely(hm_sample_charge(&h->sample_left[c], cached))) {
+      int64_t k = h->sample_left[c] + cached;
+      if (k <= 1) {
+        h->sample_left[c] = k;
+        heap_set_cur(h, c, &hm_empty_slab);
+        return heap_sample_serve(h, c, 0);
+      }
+      h->sample_left[c] = 1;
+      cached = k - 1;
+    }
+    block_t *head = f->free, *tail = head;
+    if (cached == (int64_t)f->capacity + 1 - f->used) {
+      f->free = NULL;
+    } else {
+      for (int64_t i = 1; i < cached; i++) tail = tail->next;
+      f->free = tail->next;
+      tail->next = NULL;
+    }
+    f->used = (uint16_t)(f->used + cached);
+    g->free = head;
+    g->used = (uint16_t)(g->capacity + 1 - cached);
+  }
+  if (h->cur[c] != g) heap_set_cur(h, c, g);
+  block_t *b = g->free;
+  g->free = b->next;
+  g->used++;
+  return hm_block_handout(g, b, g->free);
+}
+
+/* While the profiler is on: the fast path found class c's serving list g
+ * (fc_serve, the current slab) empty, its commonest miss: the cache's list
+ * moved there and charged at once, as the fast path's local_free swap
+ * does, without heap_alloc. NULL: the cache is empty too, or the countdown
+ * runs out within its list (foreign_serve cuts it). */
+HM_INLINE void *foreign_refill(heap_t *h, slab_t *g, unsigned c) {
+  slab_t *f = &h->foreign[c];
+  block_t *b = f->free;
+  if (b == NULL || g->free != NULL) return NULL;
+  uint16_t room = f->used;
+  int64_t cached = (int64_t)f->capacity + 1 - room;
+  if (unlikely(hm_sample_charge(&h->sample_left[c], cached))) {
+    h->sample_left[c] += cached;
+    return NULL;
+  }
+  block_t *next = b->next;
+  f->free = NULL;
+  f->used = (uint16_t)(f->capacity + 1);
+  g->free = next;
+  g->used = (uint16_t)(room + 1); /* (room left + 1, as the cache counts: the same capacity) */
+  HM_STAT_ADD(h, alloc[c], 1);
+  return hm_block_handout(g, b, next);
+}
+
 /* Pop from the foreign cache of class c, making it the current slab. */
 static void *foreign_pop(heap_t *h, unsigned c) {
+  if (hm_sample_active) return foreign_serve(h, c);
   slab_t *f = &h->foreign[c];
   /* (sampling: its list charged; spent within it, the cache does not
    * serve, each malloc comes here until the sampled one: its blocks must
@@ -698,8 +765,9 @@ static void *heap_alloc(heap_t *h, unsigned c) {
   bool stale = false;
   for (;;) {
     if (s->in_use == SLAB_FOREIGN) {
-      /* the cache ran dry (the fast path saw both lists empty) */
-      if (s->free != NULL) return foreign_pop(h, c);
+      /* the cache ran dry (the fast path saw both lists empty; while the
+       * profiler is on, s serves and the cache's frees may refill it) */
+      if (s->free != NULL || h->foreign[c].free != NULL) return foreign_pop(h, c);
       s->own_id = (uintptr_t)h; /* the next slab follows */
       stale = true;
     } else if (s != &hm_empty_slab) {
@@ -799,12 +867,13 @@ static void heap_reset(heap_t *h) {
     f->block_size = hm_class_size[c];
     f->capacity = (uint16_t)foreign_cap(c);
     f->used = (uint16_t)(f->capacity + 1);
-    f->own_id = (uintptr_t)h;
+    f->own_id = fc_idle_id(h);
+    if (hm_sample_active) h->fc_serve[c] = *f; /* (nothing cached) */
   }
   memset(&h->fc_stand_in, 0, sizeof h->fc_stand_in);
   h->fc_stand_in.in_use = SLAB_FOREIGN;
   h->fc_stand_in.used = 1;
-  h->fc_stand_in.own_id = (uintptr_t)h;
+  h->fc_stand_in.own_id = fc_idle_id(h);
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
     heap_set_cur(h, c, &hm_empty_slab);
     h->avail[c] = h->avail_tail[c] = h->sparse[c] = NULL;
@@ -876,18 +945,24 @@ void *hm_sample_swap(heap_t *h, slab_t *s, size_t n) {
   return hm_block_handout(s, b, next);
 }
 
+/* No heap for this thread: libc's malloc while hakmem forwards to it,
+ * else ENOMEM. */
+static HM_NOINLINE void *alloc_failed(size_t n) {
+  if (hm_force_libc) return __libc_malloc(n);
+  errno = ENOMEM;
+  return NULL;
+}
+
 void *hm_alloc_slow(size_t n) {
   heap_t *h = hm_tls_heap;
-  if (unlikely(h == &hm_empty_heap)) {
-    h = heap_for_thread();
-    if (h == NULL) {
-      if (hm_force_libc) return __libc_malloc(n);
-      errno = ENOMEM;
-      return NULL;
-    }
-  }
-  hm_purge_tick();
+  /* (a thread's first call: the heap first, which also sees start-up done) */
+  if (unlikely(h == &hm_empty_heap) && (h = heap_for_thread()) == NULL) return alloc_failed(n);
   if (unlikely(hm_sample_active)) {
+    unsigned c = hm_size_class(n);
+    void *p;
+    /* the serving foreign cache ran dry, its commonest miss: refilled at once */
+    if (n <= MEDIUM_MAX && h->cur[c] == &h->fc_serve[c] && (p = foreign_refill(h, h->cur[c], c)) != NULL) return p;
+    hm_purge_tick();
     /* malloc jumps here (a tail call): the return address is the
      * program's, which lets a sampled stack come from the cache. (Out of
      * line: inlined, the sampling path cost every slow call with sampling
@@ -895,11 +970,12 @@ void *hm_alloc_slow(size_t n) {
     hm_sample_tls.caller_ra = (uintptr_t)__builtin_return_address(0);
     hm_sample_tls.caller_cfa = (uintptr_t)__builtin_dwarf_cfa();
     hm_sample_tls.req = n;
-    void *p = heap_alloc(h, hm_size_class(n));
+    p = heap_alloc(h, c);
     hm_sample_tls.caller_ra = 0;
     hm_sample_tls.req = 0;
     return p;
   }
+  hm_purge_tick();
   return heap_alloc(h, hm_size_class(n));
 }
 
@@ -1036,9 +1112,9 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
     }
     h = created;
   }
-  /* h is this thread's heap. (Not while sampling: a trading thread's own
-   * frees go on the list it allocates from, uncounted: sample.h.) */
-  if (likely(!hm_sample_active)) hm_tls_free_id = (uintptr_t)h | 1;
+  /* h is this thread's heap. (Not while profiling with no foreign cache:
+   * the thread's own frees would go back one atomic push each, fc_idle_id.) */
+  if (likely(!hm_sample_active || hm_opt[HM_OPT_FOREIGN_CACHE_KB] != 0)) hm_tls_free_id = (uintptr_t)h | 1;
   slab_shape_t *sh = &ss->shape[hm_slab_index(ss, b)];
   unsigned c = __atomic_load_n(&sh->cls, __ATOMIC_RELAXED);
   /* Tell the owner's double-free check that a block of this slab may sit
@@ -1056,20 +1132,7 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
   slab_t *f = &h->foreign[c];
   b->next = f->free;
   f->free = b;
-  /* Exact sampling: a block pushed on the cache that serves mallocs is
-   * handed out, charged now; when the countdown runs out on it, the cache
-   * stops serving, its blocks uncharged (foreign_pop charges them again). */
-  if (unlikely(hm_sample_active) && f->own_id == (uintptr_t)h + 1 && hm_sample_charge(&h->sample_left[c], 1)) {
-    h->sample_left[c] += (int64_t)f->capacity + 2 - f->used; /* (those cached before, and this one) */
-    f->own_id = (uintptr_t)h;
-    heap_set_cur(h, c, &hm_empty_slab);
-  }
-  if (unlikely(--f->used == 0)) {
-    uint16_t before = f->used;
-    foreign_overflow(f);
-    /* (blocks charged but sent back will not be handed out here) */
-    if (unlikely(hm_sample_active) && f->own_id == (uintptr_t)h + 1) h->sample_left[c] += f->used - before;
-  }
+  if (unlikely(--f->used == 0)) foreign_overflow(f);
 }
 
 /* hm_free_trading pushed block b on t and brought t's `used` to 0: the
@@ -1093,8 +1156,14 @@ void hm_heap_flush_foreign(heap_t *h) {
   if (h == &hm_empty_heap) return;
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
     slab_t *f = &h->foreign[c];
-    if (h->cur[c] == f) heap_set_cur(h, c, &hm_empty_slab);
-    f->own_id = (uintptr_t)h;
+    slab_t *g = &h->fc_serve[c];
+    if (h->cur[c] == f || h->cur[c] == g) heap_set_cur(h, c, &hm_empty_slab);
+    if (hm_sample_active) {
+      foreign_send_back(g->free);
+      g->free = NULL;
+      g->used = f->used = (uint16_t)(f->capacity + 1);
+    }
+    f->own_id = fc_idle_id(h);
     foreign_send_back(f->free);
     f->free = NULL;
     f->used = (uint16_t)(f->capacity + 1);
@@ -1318,6 +1387,10 @@ size_t hm_heap_foreign_bytes(size_t *heaps) {
       const slab_t *f = &h->foreign[c];
       unsigned cap = __atomic_load_n(&f->capacity, __ATOMIC_RELAXED), used = __atomic_load_n(&f->used, __ATOMIC_RELAXED);
       if (cap + 1 > used) bytes += (size_t)(cap + 1 - used) * hm_class_size[c]; /* used: room left + 1 */
+      if (hm_sample_active) { /* (its blocks being served) */
+        used = __atomic_load_n(&h->fc_serve[c].used, __ATOMIC_RELAXED);
+        if (cap + 1 > used) bytes += (size_t)(cap + 1 - used) * hm_class_size[c];
+      }
     }
   }
   hm_mutex_unlock(&heap_lock);

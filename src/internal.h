@@ -243,8 +243,8 @@ extern HM_HIDDEN slab_t hm_empty_slab;
 extern HM_HIDDEN __thread heap_t *hm_tls_heap __attribute__((tls_model("initial-exec")));
 /* The thread's heap as free compares it with a SuperSlab's owner, bit 0
  * set once the thread has cached another thread's block (it "trades":
- * hm_free_trading; set by hm_free_foreign), so that the owner's free tests
- * both with one compare. */
+ * hm_free_trading; set by hm_free_foreign, the profiler on or off), so
+ * that the owner's free tests both with one compare. */
 extern HM_HIDDEN __thread uintptr_t hm_tls_free_id __attribute__((tls_model("initial-exec")));
 HM_HIDDEN void hm_heap_process_init(void);
 HM_HIDDEN void *hm_alloc_slow(size_t n);

@@ -35,30 +35,48 @@ double hm_log(double x) {
     m *= 0.5;
     e++;
   }
-  double s = (m - 1) / (m + 1), s2 = s * s, term = s, sum = 0;
-  for (int k = 1; k < 40; k += 2) {
-    sum += term / k;
-    term *= s2;
-  }
-  return e * 0.69314718055994531 + 2 * sum;
+  /* log m = 2 (s + s^3/3 + s^5/5 + ...), s^2 <= 0.0295: the terms to s^23
+   * reach double precision (Horner's rule, the reciprocals constant) */
+  double s = (m - 1) / (m + 1), z = s * s;
+  double p = 1.0 / 23;
+  p = 1.0 / 21 + z * p;
+  p = 1.0 / 19 + z * p;
+  p = 1.0 / 17 + z * p;
+  p = 1.0 / 15 + z * p;
+  p = 1.0 / 13 + z * p;
+  p = 1.0 / 11 + z * p;
+  p = 1.0 / 9 + z * p;
+  p = 1.0 / 7 + z * p;
+  p = 1.0 / 5 + z * p;
+  p = 1.0 / 3 + z * p;
+  return e * 0.69314718055994531 + 2 * (s + s * z * p);
 }
 
 /* 1 - exp(-x), x >= 0, accurate for small x too (the series). */
 double hm_one_minus_exp_neg(double x) {
   if (x < 1e-3) return x - x * x / 2 + x * x * x / 6;
   if (x > 40) return 1.0;
-  /* exp(-x) = exp(-x / 2^k)^(2^k), the inner by its series */
+  /* exp(-x) = exp(-x / 2^k)^(2^k), the inner by its series: y <= 1/8, the
+   * terms to y^13/13! reach double precision (Horner's rule) */
   int k = 0;
   double y = x;
   while (y > 0.125) {
     y *= 0.5;
     k++;
   }
-  double t = 1, term = 1;
-  for (int i = 1; i < 20; i++) {
-    term *= -y / i;
-    t += term;
-  }
+  double t = 1 - y * (1.0 / 13);
+  t = 1 - y * t * (1.0 / 12);
+  t = 1 - y * t * (1.0 / 11);
+  t = 1 - y * t * (1.0 / 10);
+  t = 1 - y * t * (1.0 / 9);
+  t = 1 - y * t * (1.0 / 8);
+  t = 1 - y * t * (1.0 / 7);
+  t = 1 - y * t * (1.0 / 6);
+  t = 1 - y * t * (1.0 / 5);
+  t = 1 - y * t * (1.0 / 4);
+  t = 1 - y * t * (1.0 / 3);
+  t = 1 - y * t * (1.0 / 2);
+  t = 1 - y * t;
   while (k-- > 0) t *= t;
   return 1 - t;
 }

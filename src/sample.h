@@ -34,10 +34,12 @@ __attribute__((visibility("hidden"))) extern bool hm_sample_active;
  * call (hm_sample_one). */
 __attribute__((visibility("hidden"))) extern bool hm_sample_any;
 /* The guarded pool alone, at a mean of HM_SAMPLE_LIGHT_MIN allocations or
- * more: hm_sample_active stays off, so threads trade frees (whose pushes on
- * the list in use are not charged). Else (the profiler on) it is set:
- * threads do not trade, and hm_alloc_slow notes the caller (stacks from
- * the cache, prof.c). docs/DESIGN.md, "Sampling", "Guarded pool". */
+ * more: hm_sample_active stays off (trading threads' pushes on the list in
+ * use are not charged). Else (the profiler on) it is set: trading threads
+ * push on their foreign caches, which serve from a second list (heap.c,
+ * fc_serve; hm_alloc_slow refills it), and hm_alloc_slow notes the caller
+ * (stacks from the cache, prof.c). docs/DESIGN.md, "Sampling", "Guarded
+ * pool". */
 __attribute__((visibility("hidden"))) extern bool hm_sample_light;
 #define HM_SAMPLE_LIGHT_MIN 1000
 

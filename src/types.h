@@ -411,6 +411,10 @@ typedef struct heap {
   uint64_t big_due_ns;             /* next look; 0: not started */
   struct heap *next_free;          /* heap pool */
   struct heap *all_next;           /* every heap ever made (the resident breakdown's foreign caches) */
+  /* While the profiler is on, each foreign cache serves from here, its list
+   * moved (and charged) at once: frees push on foreign[], never on the list
+   * malloc pops (docs/DESIGN.md, "Sampling"). */
+  slab_t fc_serve[NUM_CLASSES];
 #if HM_FAST_COUNTERS
   hm_heap_stats_t stats;
   struct heap *stats_next;         /* every heap ever made, for the report */

@@ -180,9 +180,8 @@ static int run_labels(void) {
 }
 
 /* Two threads trade blocks (each frees the other's and its own, then
- * mallocs again: frees whose blocks the next mallocs take, from a foreign
- * cache or the own slab), in sizes of many classes: every malloc must
- * still be charged (docs/DESIGN.md, "Sampling"). */
+ * mallocs again: hakmem's trading frees, whose pushes the next mallocs
+ * take), in sizes of many classes: every malloc must still be charged. */
 enum { TRADE_SLOTS = 4096, TRADE_ITERS = 200000 };
 static void *_Atomic trade_slots[TRADE_SLOTS];
 static double trade_bytes[2];
