@@ -211,6 +211,7 @@ static bool cache_reserve_locked(void) {
 
 void hm_backend_ss_free(superslab_t *ss) {
   HM_ASSERT(atomic_load(&ss->owner) == NULL);
+  hm_unit_map_clear((uintptr_t)ss); /* free takes the registry's path from here */
   size_t was_purged = hm_purge_ss_leave(ss);
   uint64_t now = hm_now_ns();
   atomic_fetch_add_explicit(&n_ss_free, 1, memory_order_relaxed);

@@ -441,6 +441,7 @@ static void ss_setup(heap_t *h, superslab_t *ss, unsigned kind) {
   ss->nslabs = (uint8_t)(SS_SIZE >> kind_shift[kind]);
   for (unsigned u = 0; u < SS_MAX_SLABS; u++)
     ss->unit_slab[u] = (uint8_t)((u >> (kind_shift[kind] - SS_UNIT_SHIFT)) * HM_UNIT_MUL);
+  hm_unit_map_set((uintptr_t)ss, ss->unit_slab);
   ss->free_mask = ss_all_mask(ss);
   atomic_store_explicit(&ss->pending, 0, memory_order_relaxed);
   for (unsigned i = 0; i < ss->nslabs; i++) {

@@ -19,6 +19,7 @@ void hm_init_slow(void) {
     if (hm_opt[HM_OPT_VERBOSE]) hm_options_print_config();
     hm_force_libc = (int)hm_opt[HM_OPT_FORCE_LIBC_ALLOC];
     hm_secure_init();
+    hm_unit_map_init();
     hm_purge_init();
     /* the hooks (docs/DESIGN.md, "Hooks") */
     hm_backend_set_oom_release(hm_large_release);

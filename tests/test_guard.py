@@ -88,9 +88,11 @@ elif GROUP == "misc":
           rc, out, err)
     rc, out, err = run(["fork", "100"])
     check("fork child", rc == 0 and re.search(r"use-after-free of 0x[0-9a-f]+ \(block of 100 bytes", err), rc, out, err)
-    # off: nothing is caught (the case above is what makes it fail)
+    # off: nothing is caught (the case above is what makes it fail): no
+    # block placed at a page's end (3), or one found there by chance (secure
+    # mode's random order) and its use after free unnoticed (20)
     rc, out, err = run(["uaf", "24"], sample="0")
-    check("off: no pool", rc == 3 and "hakmem" not in err, rc, out, err)
+    check("off: no pool", rc in (3, 20) and "hakmem" not in err, rc, out, err)
 elif GROUP == "chain":
     rc, out, err = run(["chain_none", "24"])
     check("no handler: SIGSEGV", rc == -signal.SIGSEGV and "reached" in out and "hakmem" not in err, rc, out, err)
