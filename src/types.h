@@ -236,26 +236,20 @@ _Static_assert((SS_MAX_SLABS - 1) * HM_UNIT_MUL + 1 <= 255, "a unit's entry + 1 
 _Static_assert((SS_SIZE >> SS_UNIT_SHIFT) == SS_MAX_SLABS, "the smallest slab is one unit");
 
 /* The unit map (docs/DESIGN.md, "Fast paths"): a byte per 64 KiB of the
- * 47-bit user address space, reserved at start-up (2 GiB of address space,
- * NORESERVE; a page of it is committed per 256 MiB where SuperSlabs lie).
- * A unit of a SuperSlab set up for a kind holds its unit_slab entry + 1,
- * every other unit 0, so that free finds SuperSlab and slab in one load.
- * hm_unit_map_n stays 0 until then (or if the mapping is refused): every
- * free then takes the registry's path (hm_free_slow). */
+ * 47-bit user address space, reserved read-only at start-up (2 GiB of
+ * address space, in no commit charge); a page of it is made writable, and
+ * so committed, per 256 MiB where SuperSlabs lie. A unit of a SuperSlab
+ * set up for a kind holds its unit_slab entry + 1, every other unit 0, so
+ * that free finds SuperSlab and slab in one load. hm_unit_map_n stays 0
+ * until then (or if the mapping is refused): every free then takes the
+ * registry's path (hm_free_slow), as it does for a SuperSlab whose page
+ * could not be made writable. */
 #define UNIT_MAP_ENTRIES ((size_t)1 << (REG_ADDR_BITS - SS_UNIT_SHIFT))
 extern HM_HIDDEN uint8_t *hm_unit_map;
 extern HM_HIDDEN uintptr_t hm_unit_map_n;
 HM_HIDDEN void hm_unit_map_init(void);
-HM_INLINE void hm_unit_map_set(uintptr_t ss, const uint8_t *unit_slab) {
-  if (__atomic_load_n(&hm_unit_map_n, __ATOMIC_RELAXED) == 0) return;
-  uint8_t *m = hm_unit_map + (ss >> SS_UNIT_SHIFT);
-  for (unsigned u = 0; u < SS_MAX_SLABS; u++) __atomic_store_n(&m[u], (uint8_t)(unit_slab[u] + 1), __ATOMIC_RELAXED);
-}
-HM_INLINE void hm_unit_map_clear(uintptr_t ss) {
-  if (__atomic_load_n(&hm_unit_map_n, __ATOMIC_RELAXED) == 0) return;
-  uint8_t *m = hm_unit_map + (ss >> SS_UNIT_SHIFT);
-  for (unsigned u = 0; u < SS_MAX_SLABS; u++) __atomic_store_n(&m[u], (uint8_t)0, __ATOMIC_RELAXED);
-}
+HM_HIDDEN void hm_unit_map_set(uintptr_t ss, const uint8_t *unit_slab);
+HM_HIDDEN void hm_unit_map_clear(uintptr_t ss);
 
 typedef struct superslab {
   /* One line of its own: what free reads first (owner, unit_slab). */

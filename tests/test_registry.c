@@ -1,0 +1,71 @@
+/* The registry and the unit map (src/registry.c).
+ *
+ *   test_registry unit_map
+ *     blocks of every slab kind (a few SuperSlabs) have non-zero unit-map
+ *     entries, and an address that is not hakmem's reads 0; the map's 2 GiB
+ *     stay read-only but for a few pages, so that it is in no commit charge
+ *     (a writable private mapping is charged in full where overcommit is
+ *     strict, vm.overcommit_memory=2). */
+#define _GNU_SOURCE
+#include "test_common.h"
+
+#include "hakmem.h"
+#include "internal.h"
+
+/* The writable bytes of /proc/self/maps inside [lo, hi). */
+static size_t writable_in(uintptr_t lo, uintptr_t hi) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  CHECK(f != NULL, "open /proc/self/maps");
+  char line[512];
+  size_t n = 0;
+  while (fgets(line, sizeof line, f)) {
+    uintptr_t a, b;
+    char perm[8];
+    if (sscanf(line, "%lx-%lx %7s", &a, &b, perm) != 3) continue;
+    if (a < hi && b > lo && perm[1] == 'w') n += (b < hi ? b : hi) - (a > lo ? a : lo);
+  }
+  fclose(f);
+  return n;
+}
+
+static void unit_map(void) {
+  enum { N = 64 };
+  static const size_t sizes[] = {16, 100, 1000, 5000, 20000, 100000};
+  void *p[sizeof sizes / sizeof sizes[0]][N];
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+    for (int i = 0; i < N; i++) {
+      p[k][i] = malloc(sizes[k]);
+      CHECK(p[k][i] != NULL, "malloc(%zu)", sizes[k]);
+    }
+  CHECK(hm_unit_map != NULL && hm_unit_map_n != 0, "the unit map is mapped");
+  size_t set = 0;
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+    for (int i = 0; i < N; i++) {
+      uintptr_t a = (uintptr_t)p[k][i];
+      if (hm_reg_is(a, REG_SS)) {
+        CHECK(hm_unit_map[a >> SS_UNIT_SHIFT] != 0, "a slab block of %zu B has no unit-map entry", sizes[k]);
+        set++;
+      }
+    }
+  CHECK(set >= (sizeof sizes / sizeof sizes[0] - 1) * N, "slab blocks found: %zu", set);
+  int local = 0;
+  CHECK(hm_unit_map[(uintptr_t)&local >> SS_UNIT_SHIFT] == 0, "the stack's unit reads non-zero");
+  CHECK(hm_unit_map[(uintptr_t)&unit_map >> SS_UNIT_SHIFT] == 0, "the code's unit reads non-zero");
+  uintptr_t lo = (uintptr_t)hm_unit_map, hi = lo + hm_unit_map_n;
+  size_t w = writable_in(lo, hi);
+  printf("unit map: %zu MiB reserved, %zu KiB writable, %zu slab blocks\n", (size_t)(hm_unit_map_n >> 20), w >> 10, set);
+  CHECK(w <= 64 * 4096, "%zu KiB of the unit map are writable (in the commit charge)", w >> 10);
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+    for (int i = 0; i < N; i++) free(p[k][i]);
+}
+
+int main(int argc, char **argv) {
+  tc_test_name = "registry";
+  if (argc > 1 && strcmp(argv[1], "unit_map") != 0) {
+    fprintf(stderr, "usage: test_registry [unit_map]\n");
+    return 2;
+  }
+  unit_map();
+  printf("registry: ok\n");
+  return 0;
+}
