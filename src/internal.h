@@ -247,7 +247,7 @@ extern HM_HIDDEN __thread heap_t *hm_tls_heap __attribute__((tls_model("initial-
  * that the owner's free tests both with one compare. */
 extern HM_HIDDEN __thread uintptr_t hm_tls_free_id __attribute__((tls_model("initial-exec")));
 HM_HIDDEN void hm_heap_process_init(void);
-HM_HIDDEN void *hm_alloc_slow(size_t n);
+HM_HIDDEN void *hm_alloc_slow(size_t n, slab_t *s); /* s: the current slab that ran dry */
 HM_HIDDEN void *hm_sample_swap(heap_t *h, slab_t *s, size_t n); /* the swap, the class's sample_left spent */
 HM_HIDDEN void *hm_alloc_class(unsigned cls);
 HM_HIDDEN void hm_free_local_slow(heap_t *h, slab_t *s);
