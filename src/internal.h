@@ -381,6 +381,10 @@ HM_HIDDEN void hm_malloc_stats(void);
  * serve hook is how the lanes call up into it */
 HM_HIDDEN void hm_prof_init(void);
 HM_HIDDEN bool hm_prof_freed(void *p); /* a large block freed: true if it was a sampled one */
+/* free of a large block (region kind): true if the profiler keeps it (a
+ * sampled block, for the next samples) or reported it (kept, freed again):
+ * the caller leaves it alone. */
+HM_HIDDEN bool hm_prof_free(void *p, unsigned kind);
 HM_HIDDEN void hm_prof_fork_prepare(void);
 HM_HIDDEN void hm_prof_fork_parent(void);
 HM_HIDDEN void hm_prof_fork_child(void);

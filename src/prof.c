@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "../include/hakmem.h"
+#include "block.h"
 #include "internal.h"
 #include "sample.h"
 #include "stack.h"
@@ -235,20 +236,58 @@ static bool live_grow(void) {
 
 static double weight(size_t charged) { return 1.0 / hm_one_minus_exp_neg((double)(charged == 0 ? 1 : charged) / rate); }
 
+/* Sampled blocks freed, kept for the next samples (up to STASH_MAX of
+ * at most STASH_BYTES each; the lock held): the large lane's malloc and
+ * free of a block cost some 900 instructions a sample. Still in use in
+ * the lane, they are no live samples; free and realloc report a kept
+ * block's second free (hm_prof_free, hm_prof_freed); the memory report
+ * gives them back first (hm_prof_live_each). */
+#define STASH_MAX 8
+#define STASH_BYTES ((size_t)16 << 10)
+static struct {
+  void *p;
+  size_t usable;
+} stash[STASH_MAX];
+static unsigned stash_n;
+
+/* The index of p among the kept blocks, or -1. */
+static int stash_find(const void *p) {
+  for (unsigned i = 0; i < stash_n; i++)
+    if (stash[i].p == p) return (int)i;
+  return -1;
+}
+
+/* A kept block of at least n usable bytes (the smallest), taken; NULL if
+ * none. (Large-lane blocks start on a page.) */
+static void *stash_take(size_t n) {
+  int best = -1;
+  for (unsigned i = 0; i < stash_n; i++)
+    if (stash[i].usable >= n && (best < 0 || stash[i].usable < stash[best].usable)) best = (int)i;
+  if (best < 0) return NULL;
+  void *p = stash[best].p;
+  stash[best] = stash[--stash_n];
+  ((uintptr_t *)p)[1] = 0; /* (as a pack clears a reused page's: hm_pack_alloc) */
+  return p;
+}
+
 /* The sampled allocation: from the large lane (its free comes to
- * hm_prof_freed), recorded with its stack and weight. */
+ * hm_prof_free), a kept block first, recorded with its stack and weight. */
 static void *prof_serve(unsigned fired, size_t n, size_t align, size_t charged) {
   (void)fired;
   uintptr_t pcs[HM_STACK_MAX];
   int depth = hm_stack_capture_at(hm_sample_tls.caller_ra, hm_sample_tls.caller_cfa, pcs, HM_STACK_MAX);
-  void *p = hm_large_alloc_unsampled(n == 0 ? 1 : n, align);
-  if (p == NULL) return NULL;
   /* unbiased estimates (as pprof's): a block charged c bytes is sampled
    * with probability 1 - exp(-c / rate) */
   unsigned c = charged <= MEDIUM_MAX ? hm_size_class(charged) : 0;
   double w = charged <= MEDIUM_MAX && hm_class_size[c] == charged ? class_weight[c] : weight(charged);
   uint64_t now = hm_now_ns();
   prof_lock();
+  void *p = align <= HM_PAGE_SIZE ? stash_take(n) : NULL;
+  if (p == NULL) {
+    prof_unlock(); /* (nested with no other lock) */
+    if ((p = hm_large_alloc_unsampled(n == 0 ? 1 : n, align)) == NULL) return NULL;
+    prof_lock();
+  }
   site_t *st = site_of(pcs, depth);
   bucket_t *bk = st != NULL ? bucket_of(st, n) : NULL;
   if (bk != NULL && ((live_used + 1) * 2 <= live_cap || live_grow())) {
@@ -268,26 +307,64 @@ static void *prof_serve(unsigned fired, size_t n, size_t align, size_t charged) 
   return p;
 }
 
-bool hm_prof_freed(void *p) {
+/* p's live sample taken off (the lock held); false if p is none. */
+static bool live_remove(const void *p) {
+  if (live_cap == 0) return false;
+  for (size_t j = live_slot((uintptr_t)p, live_cap); live[j].addr != 0; j = (j + 1) & (live_cap - 1)) {
+    if (live[j].addr != (uintptr_t)p) continue;
+    site_t *st = live[j].site;
+    st->inuse_objects -= live[j].objects;
+    st->inuse_space -= live[j].space;
+    st->samples--;
+    live[j].addr = 1;
+    return true;
+  }
+  return false;
+}
+
+bool hm_prof_free(void *p, unsigned kind) {
   if (!prof_on) return false;
-  bool found = false;
+  bool kept = false;
+  int i;
   prof_lock();
-  if (live_cap != 0) {
-    size_t j = live_slot((uintptr_t)p, live_cap);
-    for (; live[j].addr != 0; j = (j + 1) & (live_cap - 1)) {
-      if (live[j].addr != (uintptr_t)p) continue;
-      site_t *st = live[j].site;
-      st->inuse_objects -= live[j].objects;
-      st->inuse_space -= live[j].space;
-      st->samples--;
-      live[j].addr = 1;
-      found = true;
-      break;
+  if (live_remove(p)) {
+    size_t u;
+    if (stash_n < STASH_MAX && (u = hm_large_usable_live(p, kind)) != 0 && u <= STASH_BYTES) {
+      stash[stash_n].p = p;
+      stash[stash_n++].usable = u;
+      kept = true;
     }
+  } else if ((i = stash_find(p)) >= 0) {
+    prof_unlock();
+    hm_report_double(p, HM_OP_FREE, "large block already freed");
+    return true; /* (kept still) */
   }
   prof_unlock();
-  return found;
+  return kept;
 }
+
+bool hm_prof_freed(void *p) {
+  if (!prof_on) return false;
+  prof_lock();
+  bool found = live_remove(p);
+  int i = found ? -1 : stash_find(p);
+  if (i >= 0) stash[i] = stash[--stash_n]; /* (back to the lane with the caller's free) */
+  prof_unlock();
+  if (i >= 0) hm_report_double(p, HM_OP_REALLOC, "large block already freed");
+  return found || i >= 0;
+}
+
+/* The kept blocks back to the large lane. */
+static void stash_drain(void) {
+  void *keep[STASH_MAX];
+  prof_lock();
+  unsigned n = stash_n;
+  for (unsigned i = 0; i < n; i++) keep[i] = stash[i].p;
+  stash_n = 0;
+  prof_unlock();
+  for (unsigned i = 0; i < n; i++) hm_large_free(keep[i]);
+}
+
 /* ---- profile.proto, by hand --------------------------------------------- */
 
 /* A growing buffer in private mappings. */
@@ -847,6 +924,7 @@ static void leak_report(void) {
 
 bool hm_prof_live_each(void (*fn)(const void *p, size_t n, double weight, void *arg), void *arg) {
   if (!prof_on) return false;
+  stash_drain(); /* (not the program's blocks) */
   prof_lock();
   for (size_t i = 0; i < live_cap; i++)
     if (live[i].addr > 1 && live[i].objects > 0)
