@@ -984,17 +984,17 @@ static HM_NOINLINE void *alloc_slow(size_t n) {
 /* (Frameless: the refill returns at once, the rest goes on in the two
  * above.) */
 void *hm_alloc_slow(size_t n, slab_t *s) {
-  if (likely(!hm_sample_active)) return alloc_slow(n);
-  {
-    /* the serving foreign cache ran dry, its commonest miss: refilled at
-     * once (while sampling is exact, a foreign cache is current only as
-     * fc_serve; the empty heap's slab is UNUSED) */
-    if (s->in_use == SLAB_FOREIGN) {
-      void *p = foreign_refill(hm_tls_heap, s);
-      if (p != NULL) return p;
-    }
-    return alloc_slow_sampled(n, (uintptr_t)__builtin_return_address(0), (uintptr_t)__builtin_dwarf_cfa());
+  /* (read before a new thread's heap_for_thread, which waits for start-up:
+   * atomic, as its store; either value takes the heap first, s being
+   * hm_empty_slab, UNUSED) */
+  if (likely(!__atomic_load_n(&hm_sample_active, __ATOMIC_RELAXED))) return alloc_slow(n);
+  /* the serving foreign cache ran dry, its commonest miss: refilled at once
+   * (while sampling is exact, a foreign cache is current only as fc_serve) */
+  if (s->in_use == SLAB_FOREIGN) {
+    void *p = foreign_refill(hm_tls_heap, s);
+    if (p != NULL) return p;
   }
+  return alloc_slow_sampled(n, (uintptr_t)__builtin_return_address(0), (uintptr_t)__builtin_dwarf_cfa());
 }
 
 void *hm_alloc_class(unsigned c) {

@@ -29,8 +29,10 @@ void hm_sampler_enable(unsigned id, uint64_t mean, bool in_bytes, hm_sample_serv
   enabled_mask |= 1u << id;
   hm_sample_any = true;
   hm_sample_light = enabled_mask == 1u << HM_SAMPLER_GUARD && mean >= HM_SAMPLE_LIGHT_MIN;
-  hm_sample_active = !hm_sample_light;
   class_tables();
+  /* (atomic: a new thread's first slow malloc may read it before it sees
+   * start-up done, hm_alloc_slow) */
+  __atomic_store_n(&hm_sample_active, !hm_sample_light, __ATOMIC_RELAXED);
 }
 
 /* ln(x), x > 0: x = m * 2^e with m in [1, 2); ln m = 2 atanh((m-1)/(m+1)). */
