@@ -229,7 +229,7 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
   s->capacity = (uint16_t)(bytes / s->block_size);
   hm_slab_set_carved(s, 0);
   s->in_use = SLAB_ACTIVE;
-  s->start_off = ss->shape[i].start_off = (uint32_t)(start - (char *)ss);
+  s->start_lo = ss->shape[i].start_lo = (uint32_t)(uintptr_t)start;
   s->next = s->prev = NULL;
 #ifdef HAKMEM_SECURE
   s->key = (uintptr_t)hm_random_fast(); /* the slab's lists are empty: a new key is safe */
@@ -1422,7 +1422,7 @@ size_t hm_heap_foreign_bytes(size_t *heaps) {
  * gives a wrong count but no stray read. SuperSlab held by the caller
  * (hm_backend_walk_ss). */
 size_t hm_slab_remote_count(const slab_t *s) {
-  uintptr_t start = (uintptr_t)hm_ss_of(s) + __atomic_load_n(&s->start_off, __ATOMIC_RELAXED);
+  uintptr_t start = (uintptr_t)hm_ss_of(s) + hm_start_off(__atomic_load_n(&s->start_lo, __ATOMIC_RELAXED));
   size_t bs = __atomic_load_n(&s->block_size, __ATOMIC_RELAXED), carved = __atomic_load_n(&s->carved, __ATOMIC_RELAXED);
   uintptr_t b = atomic_load_explicit(hm_slab_remote(s), memory_order_acquire) & ~REMOTE_NOTIFY;
   size_t n = 0;
