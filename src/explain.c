@@ -69,7 +69,7 @@ static void explain_ss(superslab_t *ss, void *arg) {
  * sampled block's own, as it came from the large lane); and, unweighted,
  * the resident bytes the sampled blocks take beyond that (each is a large
  * block: a page at least; a span in secure builds). The profiler's lock
- * is held: a sampled block is not freed meanwhile (hm_prof_freed first). */
+ * is held: a sampled block is not freed meanwhile (hm_prof_free first). */
 struct est {
   int fd;
   double requested, usable;
