@@ -6,9 +6,11 @@
  * underflow does), in turn; the bytes of its pages outside it hold a
  * pattern, checked at free (an overflow within the last 16 bytes of a
  * right-placed block, or within the page of a left-placed one). Freed, its
- * pages are made inaccessible and given back to the OS, and stay in
- * quarantine (FIFO) until QUARANTINE_RECS blocks or QUARANTINE_PAGES pages
- * are there. docs/DESIGN.md, "Guarded pool". */
+ * pages are made inaccessible, and stay in quarantine (FIFO) until
+ * QUARANTINE_RECS blocks or QUARANTINE_PAGES pages are there; they are
+ * given back to the OS only while more than RESIDENT_MAX pages of the pool
+ * are resident, so that a steady workload's samples make no madvise
+ * (docs/DESIGN.md, "Guarded pool", and "Memory given back": the budget). */
 #include "guard.h"
 
 #include <dlfcn.h>
@@ -35,7 +37,7 @@
 #define POOL_BYTES ((size_t)8 << 20)       /* 4 registry chunks */
 #define GUARD_MAX ((size_t)1 << 20)        /* larger blocks are not guarded */
 #define RECS 512                           /* live + quarantined blocks */
-#define QUARANTINE_RECS 256
+#define QUARANTINE_RECS 128
 #define DEPTH 16                           /* frames kept per stack */
 #define PATTERN 0xa5
 #define BACKOFF 4096 /* the pool full: this thread's next mallocs not sampled */
@@ -55,12 +57,20 @@ typedef struct {
   grec_t rec[RECS];
   uint16_t page_rec[AREA_PAGES_MAX]; /* 1 + the record whose block has the page (live or quarantined) */
   uint16_t qring[RECS], free_recs[RECS];
-  unsigned q_head, q_count, q_pages, nfree, cursor, flip;
+  uint8_t resident[AREA_PAGES_MAX];  /* the page was written and not given back since */
+  unsigned q_head, q_count, q_pages, nfree, n_resident, flip;
+  uint64_t multi_credit_ns, multi_at_ns; /* the multi-page blocks' bucket */
 } meta_t;
 
 #define META_BYTES ((sizeof(meta_t) + HM_PAGE_SIZE - 1) & ~(size_t)(HM_PAGE_SIZE - 1))
 #define AREA_PAGES ((POOL_BYTES - META_BYTES) / HM_PAGE_SIZE)
-#define QUARANTINE_PAGES (AREA_PAGES / 2)
+#define QUARANTINE_PAGES (AREA_PAGES / 2) /* (given back past RESIDENT_MAX: address space) */
+#define RESIDENT_MAX 512u     /* 2 MiB: the quarantine's and a few live blocks' */
+/* Blocks of more than a page: at most MULTI_PER_S a second (a burst of
+ * MULTI_BURST), so that their pages' return stays within the system-call
+ * budget (docs/DESIGN.md, "Memory given back") however hot the loop. */
+#define MULTI_PER_S 4u
+#define MULTI_BURST 16u
 _Static_assert(META_BYTES < POOL_BYTES / 4, "records fit the pool's first chunk");
 _Static_assert(AREA_PAGES < 65535 && RECS < 65535, "uint16_t indices");
 
@@ -180,7 +190,6 @@ static bool pool_create(void) {
   meta_t *mt = (meta_t *)base;
   for (unsigned i = 0; i < RECS; i++) mt->free_recs[i] = (uint16_t)(RECS - 1 - i);
   mt->nfree = RECS;
-  mt->cursor = 1;
   for (size_t c = 0; c < POOL_BYTES; c += chunk) hm_reg_set((uintptr_t)base + c, REG_GUARD);
   /* The handlers: now, so that those the program installed before are
    * chained (docs/DESIGN.md, "Guarded pool", on later ones). */
@@ -213,26 +222,27 @@ static bool page_live(long i) {
   return r != 0 && meta->rec[r - 1].state == R_LIVE;
 }
 
-/* need pages nobody has, with no live block's page on either side; first
- * fit from a cursor that moves on, so that freed pages rest before reuse. */
+/* A page of a block, live or quarantined. */
+static bool page_used(long i) { return i >= 0 && i < (long)AREA_PAGES && meta->page_rec[i] != 0; }
+
+/* need pages nobody has, with a page of no block on either side (a touch
+ * there is the live block's overflow or underflow, never another block's
+ * use after free); first fit from the start, so that the pages resident
+ * already are used again (a freed block's pages rest in quarantine). */
 static long find_run(uint32_t need) {
-  long n = (long)AREA_PAGES;
-  for (long tries = 0, i = meta->cursor; tries < 2; tries++, i = 1) {
-    long end = tries == 0 ? n - 1 : (long)meta->cursor + need;
-    if (end > n - 1) end = n - 1;
-    while (i + (long)need <= end) {
-      long j = i;
-      while (j < i + (long)need && meta->page_rec[j] == 0) j++;
-      if (j < i + (long)need) {
-        i = j + 1;
-        continue;
-      }
-      if (page_live(i - 1) || page_live(i + (long)need)) {
-        i++;
-        continue;
-      }
-      return i;
+  long end = (long)AREA_PAGES - 1;
+  for (long i = 1; i + (long)need <= end;) {
+    long j = i;
+    while (j < i + (long)need && meta->page_rec[j] == 0) j++;
+    if (j < i + (long)need) {
+      i = j + 1;
+      continue;
     }
+    if (page_used(i - 1) || page_used(i + (long)need)) {
+      i++;
+      continue;
+    }
+    return i;
   }
   return -1;
 }
@@ -242,6 +252,14 @@ static void *pool_alloc(size_t n, size_t align, const uintptr_t *pcs, int depth)
   void *p = NULL;
   guard_lock();
   if (meta == NULL && !pool_create()) goto out;
+  if (need > 1) {
+    uint64_t now = hm_now_ns(), cap = (uint64_t)MULTI_BURST * (1000000000u / MULTI_PER_S);
+    uint64_t c = meta->multi_credit_ns + (now - meta->multi_at_ns);
+    meta->multi_at_ns = now;
+    meta->multi_credit_ns = c > cap ? cap : c;
+    if (meta->multi_credit_ns < 1000000000u / MULTI_PER_S) goto out;
+    meta->multi_credit_ns -= 1000000000u / MULTI_PER_S;
+  }
   if (meta->nfree == 0 && meta->q_count > 0) evict_oldest();
   if (meta->nfree == 0) goto out;
   long run;
@@ -250,6 +268,10 @@ static void *pool_alloc(size_t n, size_t align, const uintptr_t *pcs, int depth)
   char *start = area + (size_t)run * HM_PAGE_SIZE, *end = start + (size_t)need * HM_PAGE_SIZE;
   if (mprotect(start, (size_t)need * HM_PAGE_SIZE, PROT_READ | PROT_WRITE) != 0) goto out;
   memset(start, PATTERN, (size_t)need * HM_PAGE_SIZE);
+  for (uint32_t i = 0; i < need; i++) {
+    meta->n_resident += !meta->resident[run + i];
+    meta->resident[run + i] = 1;
+  }
   unsigned r = meta->free_recs[--meta->nfree];
   grec_t *g = &meta->rec[r];
   g->right = (uint8_t)(meta->flip ^= 1);
@@ -265,14 +287,13 @@ static void *pool_alloc(size_t n, size_t align, const uintptr_t *pcs, int depth)
   g->nfree = 0;
   g->asked = 0;
   for (uint32_t i = 0; i < need; i++) meta->page_rec[run + i] = (uint16_t)(r + 1);
-  meta->cursor = (unsigned)(run + need + 1);
 out:
   guard_unlock();
   return p;
 }
 
 /* The sampler's serve hook: a guarded block, or (the pool full, the block
- * too big or too aligned) an ordinary large one. */
+ * too big or too aligned, the multi-page budget spent) an ordinary large one. */
 static void *guard_serve(unsigned fired, size_t n, size_t align, size_t charged) {
   (void)fired;
   (void)charged;
@@ -362,7 +383,10 @@ void hm_guard_free(void *p) {
   char *start = area + (size_t)g->page * HM_PAGE_SIZE;
   size_t len = (size_t)g->npages * HM_PAGE_SIZE;
   mprotect(start, len, PROT_NONE);
-  madvise(start, len, MADV_DONTNEED);
+  if (meta->n_resident > RESIDENT_MAX && hm_os_purge(start, len) == 0) {
+    for (uint32_t i = 0; i < g->npages; i++) meta->resident[g->page + i] = 0;
+    meta->n_resident -= g->npages;
+  }
   g->state = R_QUARANTINED;
   g->nfree = (uint8_t)(depth < DEPTH ? depth : DEPTH);
   memcpy(g->free_pcs, pcs, g->nfree * sizeof *pcs);

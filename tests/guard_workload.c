@@ -48,7 +48,7 @@ static uintptr_t pool_base(void) {
   while (f != NULL && fgets(line, sizeof line, f) != NULL) {
     unsigned long lo, hi;
     char perm[8];
-    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perm) == 3 && hi - lo == 155648 && lo % (2 << 20) == 0 &&
+    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perm) == 3 && hi - lo == 159744 && lo % (2 << 20) == 0 &&
         perm[0] == 'r' && perm[1] == 'w')
       base = lo;
   }
