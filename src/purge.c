@@ -297,10 +297,14 @@ static void purge_tick_slow(void) {
 
 /* A thread that exits leaves its unused memory to nobody: what lies unused
  * above the reserve goes back at once, no delay: the empty SuperSlabs,
- * then the packs' longest free runs, as many calls as the time budget
- * holds plus two seconds' worth (a debt that holds back the next ones: a
- * program that churns threads stays within it). Unused slabs wait for
- * the steps (one call per few slabs). */
+ * then the packs' longest free runs. Each exit may spend what the time
+ * budget holds plus two seconds' worth, while the debt stays within four
+ * seconds' worth: threads that end together each get their share, and the
+ * debt holds back the next calls, so a program that churns threads stays
+ * within the budget. Unused slabs wait for the steps (one call per few
+ * slabs). */
+#define EXIT_CALLS_S 2
+#define EXIT_DEBT_S 4
 static void exit_purge(void) {
   if (hm_purge_mode != PURGE_LAZY) return;
   size_t unused = hm_purge_unused_resident() + hm_pack_free_dirty(), keep = reserve();
@@ -308,7 +312,9 @@ static void exit_purge(void) {
   hm_mutex_lock(&purge_lock);
   uint64_t now = hm_now_ns(), next = UINT64_MAX;
   calls_allowed(now);
-  int64_t limit = tb_milli / 1000 + 2 * (int64_t)hm_opt[HM_OPT_IDLE_CALLS_PER_S]; /* calls, two seconds' debt at most */
+  int64_t rate = (int64_t)hm_opt[HM_OPT_IDLE_CALLS_PER_S], held = tb_milli / 1000;
+  int64_t limit = (held > 0 ? held : 0) + EXIT_CALLS_S * rate; /* calls */
+  if (limit > held + EXIT_DEBT_S * rate) limit = held + EXIT_DEBT_S * rate;
   if (limit > 0) {
     struct hak_os_stats a, b;
     unsigned calls = 0;

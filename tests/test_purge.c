@@ -40,6 +40,11 @@
  *   exit_now   HAKMEM_PURGE_DELAY_MS=60000: a thread frees 64 MiB of small
  *              blocks and exits; what it left unused is given back before
  *              pthread_join returns, the delay notwithstanding
+ *   exit_shared HAKMEM_PURGE_DELAY_MS=60000: two threads each leave
+ *              200 holes in packs in use and exit one after the other; the
+ *              second exit gives back runs too (the first does not take
+ *              the whole allowance of calls), and both together stay
+ *              within what the time budget holds plus four seconds' worth
  *   pack_idle  free pages of a pack in use, idle while the large lane stays
  *              busy next to them, go back within a second or two, within
  *              20 calls a second */
@@ -48,6 +53,7 @@
 
 #include <malloc.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdbool.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -874,6 +880,65 @@ static void t_exit_now(void) {
   CHECK(after < before + (12u << 20), "RSS grew by %zu MiB over the thread's life", (after - before) >> 20);
 }
 
+/* exit_shared: a thread leaves N holes of `pages` pages in packs (every
+ * other block of 2N freed, the rest kept live), then waits for its turn to
+ * exit; the madvise calls its exit made are read after the join. */
+typedef struct {
+  size_t pages;
+  pthread_barrier_t *ready;
+  sem_t go;
+  size_t madv_at_exit;
+} exit_share_t;
+
+static void *exit_shared_thread(void *arg) {
+  exit_share_t *a = arg;
+  enum { N = 200 };
+  size_t bs = a->pages * 4096;
+  char **v = malloc(2 * N * sizeof *v);
+  CHECK(v, "malloc");
+  for (int i = 0; i < 2 * N; i++) {
+    v[i] = malloc(bs);
+    CHECK(v[i], "malloc(%zu)", bs);
+    memset(v[i], 0x66, bs);
+  }
+  for (int i = 0; i < 2 * N; i += 2) free(v[i]); /* holes; the odd ones stay live (leaked) */
+  free(v);
+  pthread_barrier_wait(a->ready);
+  while (sem_wait(&a->go) != 0) {
+  }
+  a->madv_at_exit = os().madvise_calls;
+  return NULL;
+}
+
+static void t_exit_shared(void) {
+  char *probe = malloc(300 * 1024);
+  bool packed = probe != NULL && malloc_usable_size(probe) == 300 * 1024; /* (a span is 2 MiB) */
+  free(probe);
+  if (!packed) {
+    printf("exit_shared: no packs in this build (secure mode): skipped\n");
+    exit(77);
+  }
+  pthread_barrier_t ready;
+  CHECK(pthread_barrier_init(&ready, NULL, 3) == 0, "barrier");
+  exit_share_t a[2] = {{.pages = 10, .ready = &ready}, {.pages = 12, .ready = &ready}};
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) {
+    CHECK(sem_init(&a[i].go, 0, 0) == 0, "sem_init");
+    CHECK(pthread_create(&t[i], NULL, exit_shared_thread, &a[i]) == 0, "pthread_create");
+  }
+  pthread_barrier_wait(&ready);
+  size_t calls[2];
+  for (int i = 0; i < 2; i++) {
+    sem_post(&a[i].go);
+    pthread_join(t[i], NULL);
+    calls[i] = os().madvise_calls - a[i].madv_at_exit;
+  }
+  printf("exit_shared: madvise calls of the first exit %zu, of the second %zu\n", calls[0], calls[1]);
+  /* IDLE_CALLS_PER_S 10: the bucket (10) + 2 s each, 4 s of debt at most */
+  CHECK(calls[0] >= 10 && calls[1] >= 10, "an exit gave back too little: %zu and %zu calls", calls[0], calls[1]);
+  CHECK(calls[0] + calls[1] <= 52, "the exits made %zu calls together, over the budget", calls[0] + calls[1]);
+}
+
 static size_t os_calls_now(void) {
   struct hak_os_stats s;
   hak_os_stats_get(&s);
@@ -945,6 +1010,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(m, "big_lowest")) t_big_lowest(argc > 2 && !strcmp(argv[2], "trading"));
   else if (!strcmp(m, "big_idle")) t_big_idle(argc > 2 && !strcmp(argv[2], "given"));
   else if (!strcmp(m, "exit_now")) t_exit_now();
+  else if (!strcmp(m, "exit_shared")) t_exit_shared();
   else if (!strcmp(m, "pack_idle")) t_pack_idle();
   else FAILF("unknown mode %s", m);
   printf("purge %s: ok\n", m);
