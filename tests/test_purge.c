@@ -45,6 +45,11 @@
  *              second exit gives back runs too (the first does not take
  *              the whole allowance of calls), and both together stay
  *              within what the time budget holds plus four seconds' worth
+ *   exit_blocks HAKMEM_PURGE_DELAY_MS=60000: a thread frees every other of
+ *              its 64 blocks of 20 KiB and exits; the freed ones keep only
+ *              their first page resident, the live ones all five, and the
+ *              blocks work when taken again (skipped where the kernel's
+ *              process_madvise cannot advise the calling process)
  *   pack_idle  free pages of a pack in use, idle while the large lane stays
  *              busy next to them, go back within a second or two, within
  *              20 calls a second */
@@ -56,6 +61,8 @@
 #include <semaphore.h>
 #include <stdbool.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -939,6 +946,60 @@ static void t_exit_shared(void) {
   CHECK(calls[0] + calls[1] <= 52, "the exits made %zu calls together, over the budget", calls[0] + calls[1]);
 }
 
+/* exit_blocks: can process_madvise advise this process (PIDFD_SELF,
+ * MADV_DONTNEED: Linux 6.13)? An empty vector checks both. */
+static bool ranges_supported(void) {
+  return syscall(SYS_process_madvise, -10000, (void *)NULL, (size_t)0, MADV_DONTNEED, 0u) == 0;
+}
+
+enum { EB_N = 64, EB_SIZE = 20 * 1024 };
+static char *eb_blocks[EB_N];
+
+static void *exit_blocks_thread(void *arg) {
+  (void)arg;
+  for (int i = 0; i < EB_N; i++) {
+    eb_blocks[i] = malloc(EB_SIZE);
+    CHECK(eb_blocks[i], "malloc");
+    memset(eb_blocks[i], 0x77, EB_SIZE);
+  }
+  for (int i = 0; i < EB_N; i += 2) free(eb_blocks[i]);
+  return NULL;
+}
+
+static void t_exit_blocks(void) {
+  if (!ranges_supported()) {
+    printf("exit_blocks: process_madvise cannot advise this process (Linux 6.13): skipped\n");
+    exit(77);
+  }
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, exit_blocks_thread, NULL) == 0, "pthread_create");
+  pthread_join(t, NULL);
+  size_t freed = 0, live = 0, pages = EB_SIZE / 4096;
+  for (int i = 0; i < EB_N; i++) {
+    /* (the blocks start on a page: 20 KiB is 5 pages and slabs start on one) */
+    CHECK(((uintptr_t)eb_blocks[i] & 4095) == 0, "block %d not on a page", i);
+    size_t r = resident_pages(eb_blocks[i], EB_SIZE);
+    if (i % 2 == 0) freed += r;
+    else live += r;
+  }
+  printf("exit_blocks: %d freed blocks of %zu pages: %zu pages resident; %d live ones: %zu\n", EB_N / 2, pages, freed,
+         EB_N / 2, live);
+  CHECK(live == (size_t)(EB_N / 2) * pages, "live blocks lost pages: %zu of %zu", live, (size_t)(EB_N / 2) * pages);
+  CHECK(freed <= (size_t)(EB_N / 2), "the freed blocks keep %zu pages (want their first pages, %d, at most)", freed,
+        EB_N / 2);
+  for (int i = 1; i < EB_N; i += 2)
+    for (size_t k = 0; k < EB_SIZE; k += 512) CHECK(eb_blocks[i][k] == 0x77, "live block %d changed", i);
+  /* taken again (this thread adopts the SuperSlab), the blocks work */
+  char *again[EB_N];
+  for (int i = 0; i < EB_N; i++) {
+    again[i] = malloc(EB_SIZE);
+    CHECK(again[i], "malloc");
+    memset(again[i], 0x11, EB_SIZE);
+  }
+  for (int i = 0; i < EB_N; i++) free(again[i]);
+  for (int i = 1; i < EB_N; i += 2) free(eb_blocks[i]);
+}
+
 static size_t os_calls_now(void) {
   struct hak_os_stats s;
   hak_os_stats_get(&s);
@@ -1011,6 +1072,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(m, "big_idle")) t_big_idle(argc > 2 && !strcmp(argv[2], "given"));
   else if (!strcmp(m, "exit_now")) t_exit_now();
   else if (!strcmp(m, "exit_shared")) t_exit_shared();
+  else if (!strcmp(m, "exit_blocks")) t_exit_blocks();
   else if (!strcmp(m, "pack_idle")) t_pack_idle();
   else FAILF("unknown mode %s", m);
   printf("purge %s: ok\n", m);
