@@ -52,7 +52,9 @@ int hm_os_purge(void *p, size_t len) {
 #define PIDFD_SELF_ (-10000) /* the calling thread, so its process (Linux 6.14) */
 static _Atomic int ranges_state; /* 0 untried, 1 works, -1 refused */
 
-bool hm_os_purge_ranges_ok(void) { return atomic_load_explicit(&ranges_state, memory_order_relaxed) >= 0; }
+bool hm_os_purge_ranges_ok(void) {
+  return hm_opt[HM_OPT_PURGE_RANGES] != 0 && atomic_load_explicit(&ranges_state, memory_order_relaxed) >= 0;
+}
 
 long hm_os_purge_ranges(const struct iovec *v, unsigned n) {
   if (n == 0) return 0;
