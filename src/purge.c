@@ -301,8 +301,10 @@ static void purge_tick_slow(void) {
  * budget holds plus two seconds' worth, while the debt stays within four
  * seconds' worth: threads that end together each get their share, and the
  * debt holds back the next calls, so a program that churns threads stays
- * within the budget. Unused slabs wait for the steps (one call per few
- * slabs). */
+ * within the budget. Before, heap.c gave back the pages inside the free
+ * blocks of the exiting thread's slabs (exit_calls says how many calls it
+ * may make; they are charged here). Unused slabs wait for the steps (one
+ * call per few slabs). */
 #define EXIT_CALLS_S 2
 #define EXIT_DEBT_S 4
 
