@@ -123,7 +123,6 @@ static void rate_site(size_t n) {
   printf("%ld %ld\n", at_a, all);
 }
 
-static volatile int handled;
 static void my_handler(int sig, siginfo_t *si, void *uc) {
   (void)si;
   (void)uc;
