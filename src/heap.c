@@ -1178,6 +1178,9 @@ void hm_heap_flush_foreign(heap_t *h) {
  * (docs/DESIGN.md, "Memory given back"). Nobody will take these blocks
  * before an adopter: the slabs' lists are still this thread's. */
 #define EXIT_KEEP 72
+#ifdef HAKMEM_SECURE
+_Static_assert(EXIT_KEEP >= HM_FILL_BYTES, "the fill pattern stays");
+#endif
 #define EXIT_RANGES 128 /* a call's ranges (on the exiting thread's stack) */
 typedef struct {
   struct iovec v[EXIT_RANGES];
