@@ -711,7 +711,8 @@ size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, uns
   }
   hm_mutex_unlock(&pack_lock);
   if (any_left && now + age_ns < *next_due) *next_due = now + age_ns;
-  return n != 0 ? purge_runs(best, n, now, RUN_IDLE, true, calls) : 0;
+  *calls = n; /* (charged a run each, batched or not: what goes back, and when, stays the budget's) */
+  return n != 0 ? purge_runs(best, n, now, RUN_IDLE, true, NULL) : 0;
 }
 
 /* A thread's exit: the longest free runs, max_calls calls' worth: a run a
