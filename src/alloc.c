@@ -16,7 +16,7 @@ void hm_free_slow(void *p) {
   if (p == NULL) return;
   unsigned k = hm_reg_kind((uintptr_t)p);
   if (hm_reg_large(k)) {
-    if (unlikely(hm_sample_active)) hm_prof_freed(p); /* (sampled blocks are large ones: prof.c) */
+    if (unlikely(hm_sample_active) && hm_prof_free(p, k)) return; /* (sampled blocks are large ones: prof.c) */
     hm_large_free(p);
     hm_purge_tick();
     return;

@@ -32,7 +32,7 @@ enum { HM_OP_FREE, HM_OP_REALLOC, HM_OP_USABLE };
  * multiply and one compare check alignment and range; unused slabs have
  * limit == 0. */
 HM_INLINE bool hm_slab_holds(const slab_shape_t *sh, const void *p) {
-  uint32_t x = hm_ss_offset(p) - sh->start_off;
+  uint32_t x = (uint32_t)(uintptr_t)p - sh->start_lo; /* (= p's offset - the first block's: p is in the slab's SuperSlab) */
   /* limit: written by the owner only, read by any freeing thread (HM_PEEK:
    * the compare takes it from memory) */
   return (uint64_t)x * sh->div_mul < HM_PEEK(sh->limit);
@@ -42,7 +42,7 @@ HM_INLINE bool hm_slab_holds(const slab_shape_t *sh, const void *p) {
  * multiply and compare, with the descriptor's copies of the multiplier and
  * the limit. */
 HM_INLINE bool hm_slab_holds_own(const slab_t *s, const void *p) {
-  uint32_t x = hm_ss_offset(p) - s->start_off;
+  uint32_t x = (uint32_t)(uintptr_t)p - s->start_lo;
   return (uint64_t)x * s->div_mul < s->limit;
 }
 /* The block check's limit for n carved blocks of block_size bytes (0: every

@@ -45,7 +45,7 @@ static void explain_ss(superslab_t *ss, void *arg) {
     size_t carved = __atomic_load_n(&s->carved, __ATOMIC_RELAXED);
     size_t used = __atomic_load_n(&s->used, __ATOMIC_RELAXED);
     size_t bs = __atomic_load_n(&s->block_size, __ATOMIC_RELAXED);
-    uintptr_t start = base + __atomic_load_n(&s->start_off, __ATOMIC_RELAXED);
+    uintptr_t start = base + hm_start_off(__atomic_load_n(&s->start_lo, __ATOMIC_RELAXED));
     if (state == SLAB_FULL) used = carved; /* (biased while FULL) */
     if (used > carved) used = carved;
     size_t remote = hm_slab_remote_count(s); /* freed by other threads, not yet taken back */
@@ -69,7 +69,7 @@ static void explain_ss(superslab_t *ss, void *arg) {
  * sampled block's own, as it came from the large lane); and, unweighted,
  * the resident bytes the sampled blocks take beyond that (each is a large
  * block: a page at least; a span in secure builds). The profiler's lock
- * is held: a sampled block is not freed meanwhile (hm_prof_freed first). */
+ * is held: a sampled block is not freed meanwhile (hm_prof_free first). */
 struct est {
   int fd;
   double requested, usable;

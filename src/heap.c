@@ -230,7 +230,7 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
   s->capacity = (uint16_t)(bytes / s->block_size);
   hm_slab_set_carved(s, 0);
   s->in_use = SLAB_ACTIVE;
-  s->start_off = ss->shape[i].start_off = (uint32_t)(start - (char *)ss);
+  s->start_lo = ss->shape[i].start_lo = (uint32_t)(uintptr_t)start;
   s->next = s->prev = NULL;
 #ifdef HAKMEM_SECURE
   s->key = (uintptr_t)hm_random_fast(); /* the slab's lists are empty: a new key is safe */
@@ -611,8 +611,8 @@ static slab_t *heap_new_slab(heap_t *h, unsigned c) {
 static HM_NOINLINE void *heap_sample_serve(heap_t *h, unsigned c, size_t n) {
   uint32_t bs = hm_class_size[c];
   if (n == 0) n = hm_sample_tls.req != 0 ? hm_sample_tls.req : bs;
-  h->sample_left[c] = hm_sample_class_draw(bs);
-  return hm_sample_serve(hm_sample_class_fire(bs), n, 0, bs);
+  h->sample_left[c] = hm_sample_class_draw(c);
+  return hm_sample_serve(hm_sample_class_fire(c), n, 0, bs);
 }
 
 /* The first block of s's free list (not empty), handed out. */
@@ -694,27 +694,28 @@ static void *foreign_serve(heap_t *h, unsigned c) {
   return hm_block_handout(g, b, g->free);
 }
 
-/* While the profiler is on: the fast path found class c's serving list g
+/* While the profiler is on: the fast path found the serving list g
  * (fc_serve, the current slab) empty, its commonest miss: the cache's list
  * moved there and charged at once, as the fast path's local_free swap
- * does, without heap_alloc. NULL: the cache is empty too, or the countdown
- * runs out within its list (foreign_serve cuts it). */
-HM_INLINE void *foreign_refill(heap_t *h, slab_t *g, unsigned c) {
-  slab_t *f = &h->foreign[c];
+ * does, without heap_alloc (nor the class from the size: g is known). NULL:
+ * the cache is empty too, or the countdown runs out within its list
+ * (foreign_serve cuts it). */
+HM_INLINE void *foreign_refill(heap_t *h, slab_t *g) {
+  slab_t *f = (slab_t *)((char *)g - (offsetof(heap_t, fc_serve) - offsetof(heap_t, foreign)));
   block_t *b = f->free;
   if (b == NULL || g->free != NULL) return NULL;
-  uint16_t room = f->used;
-  int64_t cached = (int64_t)f->capacity + 1 - room;
-  if (unlikely(hm_sample_charge(&h->sample_left[c], cached))) {
-    h->sample_left[c] += cached;
+  uint16_t room = f->used, empty = (uint16_t)(f->capacity + 1);
+  int64_t cached = (int64_t)empty - room;
+  if (unlikely(hm_sample_charge(&h->sample_left[g->cls], cached))) {
+    h->sample_left[g->cls] += cached;
     return NULL;
   }
   block_t *next = b->next;
   f->free = NULL;
-  f->used = (uint16_t)(f->capacity + 1);
+  f->used = empty;
   g->free = next;
   g->used = (uint16_t)(room + 1); /* (room left + 1, as the cache counts: the same capacity) */
-  HM_STAT_ADD(h, alloc[c], 1);
+  HM_STAT_ADD(h, alloc[g->cls], 1);
   return hm_block_handout(g, b, next);
 }
 
@@ -910,7 +911,7 @@ static heap_t *heap_for_thread(void) {
   }
   heap_reset(h);
   for (unsigned c = 0; c < NUM_CLASSES; c++)
-    h->sample_left[c] = hm_class_size[c] <= MEDIUM_MAX ? hm_sample_class_draw(hm_class_size[c]) : INT64_MAX;
+    h->sample_left[c] = hm_class_size[c] <= MEDIUM_MAX ? hm_sample_class_draw(c) : INT64_MAX;
   /* Installed before pthread_setspecific, which may itself allocate. */
   hm_tls_heap = h;
   hm_tls_free_id = (uintptr_t)h;
@@ -954,30 +955,47 @@ static HM_NOINLINE void *alloc_failed(size_t n) {
   return NULL;
 }
 
-void *hm_alloc_slow(size_t n) {
+/* hm_alloc_slow while sampling is exact, but for the refill: (ra, cfa)
+ * are the program's call into malloc, which jumps to hm_alloc_slow (a
+ * tail call), which lets a sampled stack come from the cache. (Out of
+ * line: inlined, the sampling path cost every slow call with sampling off
+ * five more saved registers.) */
+static HM_NOINLINE void *alloc_slow_sampled(size_t n, uintptr_t ra, uintptr_t cfa) {
   heap_t *h = hm_tls_heap;
   /* (a thread's first call: the heap first, which also sees start-up done) */
   if (unlikely(h == &hm_empty_heap) && (h = heap_for_thread()) == NULL) return alloc_failed(n);
-  if (unlikely(hm_sample_active)) {
-    unsigned c = hm_size_class(n);
-    void *p;
-    /* the serving foreign cache ran dry, its commonest miss: refilled at once */
-    if (n <= MEDIUM_MAX && h->cur[c] == &h->fc_serve[c] && (p = foreign_refill(h, h->cur[c], c)) != NULL) return p;
-    hm_purge_tick();
-    /* malloc jumps here (a tail call): the return address is the
-     * program's, which lets a sampled stack come from the cache. (Out of
-     * line: inlined, the sampling path cost every slow call with sampling
-     * off five more saved registers.) */
-    hm_sample_tls.caller_ra = (uintptr_t)__builtin_return_address(0);
-    hm_sample_tls.caller_cfa = (uintptr_t)__builtin_dwarf_cfa();
-    hm_sample_tls.req = n;
-    p = heap_alloc(h, c);
-    hm_sample_tls.caller_ra = 0;
-    hm_sample_tls.req = 0;
-    return p;
-  }
+  hm_purge_tick();
+  hm_sample_tls.caller_ra = ra;
+  hm_sample_tls.caller_cfa = cfa;
+  hm_sample_tls.req = n;
+  void *p = heap_alloc(h, hm_size_class(n));
+  hm_sample_tls.caller_ra = 0;
+  hm_sample_tls.req = 0;
+  return p;
+}
+
+static HM_NOINLINE void *alloc_slow(size_t n) {
+  heap_t *h = hm_tls_heap;
+  /* (a thread's first call: the heap first, which also sees start-up done) */
+  if (unlikely(h == &hm_empty_heap) && (h = heap_for_thread()) == NULL) return alloc_failed(n);
   hm_purge_tick();
   return heap_alloc(h, hm_size_class(n));
+}
+
+/* (Frameless: the refill returns at once, the rest goes on in the two
+ * above.) */
+void *hm_alloc_slow(size_t n, slab_t *s) {
+  /* (read before a new thread's heap_for_thread, which waits for start-up:
+   * atomic, as its store; either value takes the heap first, s being
+   * hm_empty_slab, UNUSED) */
+  if (likely(!__atomic_load_n(&hm_sample_active, __ATOMIC_RELAXED))) return alloc_slow(n);
+  /* the serving foreign cache ran dry, its commonest miss: refilled at once
+   * (while sampling is exact, a foreign cache is current only as fc_serve) */
+  if (s->in_use == SLAB_FOREIGN) {
+    void *p = foreign_refill(hm_tls_heap, s);
+    if (p != NULL) return p;
+  }
+  return alloc_slow_sampled(n, (uintptr_t)__builtin_return_address(0), (uintptr_t)__builtin_dwarf_cfa());
 }
 
 void *hm_alloc_class(unsigned c) {
@@ -1459,7 +1477,7 @@ size_t hm_heap_foreign_bytes(size_t *heaps) {
  * gives a wrong count but no stray read. SuperSlab held by the caller
  * (hm_backend_walk_ss). */
 size_t hm_slab_remote_count(const slab_t *s) {
-  uintptr_t start = (uintptr_t)hm_ss_of(s) + __atomic_load_n(&s->start_off, __ATOMIC_RELAXED);
+  uintptr_t start = (uintptr_t)hm_ss_of(s) + hm_start_off(__atomic_load_n(&s->start_lo, __ATOMIC_RELAXED));
   size_t bs = __atomic_load_n(&s->block_size, __ATOMIC_RELAXED), carved = __atomic_load_n(&s->carved, __ATOMIC_RELAXED);
   uintptr_t b = atomic_load_explicit(hm_slab_remote(s), memory_order_acquire) & ~REMOTE_NOTIFY;
   size_t n = 0;

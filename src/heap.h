@@ -25,7 +25,7 @@ spent:
 HM_INLINE void *hm_slab_pop(heap_t *h, slab_t *s, size_t n) {
   block_t *b = s->free;
   if (unlikely(!hm_head_ok(s, b))) { /* hardening: b != NULL (secure: and not damaged) */
-    if (b != NULL || !hm_head_ok(s, b = s->local_free)) return hm_alloc_slow(n);
+    if (b != NULL || !hm_head_ok(s, b = s->local_free)) return hm_alloc_slow(n, s);
     /* (sampling: the list charged; spent, or exact, the slow path: sample.h) */
     if (unlikely(hm_sample_charge(&h->sample_left[s->cls], (int64_t)s->carved - (int64_t)s->used))) return hm_sample_swap(h, s, n);
     s->local_free = NULL;

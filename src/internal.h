@@ -258,7 +258,7 @@ extern HM_HIDDEN __thread heap_t *hm_tls_heap __attribute__((tls_model("initial-
  * that the owner's free tests both with one compare. */
 extern HM_HIDDEN __thread uintptr_t hm_tls_free_id __attribute__((tls_model("initial-exec")));
 HM_HIDDEN void hm_heap_process_init(void);
-HM_HIDDEN void *hm_alloc_slow(size_t n);
+HM_HIDDEN void *hm_alloc_slow(size_t n, slab_t *s); /* s: the current slab that ran dry */
 HM_HIDDEN void *hm_sample_swap(heap_t *h, slab_t *s, size_t n); /* the swap, the class's sample_left spent */
 HM_HIDDEN void *hm_alloc_class(unsigned cls);
 HM_HIDDEN void hm_free_local_slow(heap_t *h, slab_t *s);
@@ -392,6 +392,10 @@ HM_HIDDEN void hm_malloc_stats(void);
  * serve hook is how the lanes call up into it */
 HM_HIDDEN void hm_prof_init(void);
 HM_HIDDEN bool hm_prof_freed(void *p); /* a large block freed: true if it was a sampled one */
+/* free of a large block (region kind): true if the profiler keeps it (a
+ * sampled block, for the next samples) or reported it (kept, freed again):
+ * the caller leaves it alone. */
+HM_HIDDEN bool hm_prof_free(void *p, unsigned kind);
 HM_HIDDEN void hm_prof_fork_prepare(void);
 HM_HIDDEN void hm_prof_fork_parent(void);
 HM_HIDDEN void hm_prof_fork_child(void);

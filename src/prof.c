@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "../include/hakmem.h"
+#include "block.h"
 #include "internal.h"
 #include "sample.h"
 #include "stack.h"
@@ -25,6 +26,7 @@ static _Atomic int prof_lock_word;
 static _Atomic int dump_pending; /* SIGUSR2 came while the lock was held */
 static bool prof_on;
 static double rate;              /* HAKMEM_PROFILE_RATE */
+static double class_weight[NUM_CLASSES]; /* a sample's weight, charged a class's size (below) */
 static const char *prof_path;    /* HAKMEM_PROFILE, or NULL */
 static uint64_t start_ns;
 
@@ -232,19 +234,60 @@ static bool live_grow(void) {
 
 /* ---- sampling ----------------------------------------------------------- */
 
+static double weight(size_t charged) { return 1.0 / hm_one_minus_exp_neg((double)(charged == 0 ? 1 : charged) / rate); }
+
+/* Sampled blocks freed, kept for the next samples (up to STASH_MAX of
+ * at most STASH_BYTES each; the lock held): the large lane's malloc and
+ * free of a block cost some 900 instructions a sample. Still in use in
+ * the lane, they are no live samples; free and realloc report a kept
+ * block's second free (hm_prof_free, hm_prof_freed); the memory report
+ * gives them back first (hm_prof_live_each). */
+#define STASH_MAX 8
+#define STASH_BYTES ((size_t)16 << 10)
+static struct {
+  void *p;
+  size_t usable;
+} stash[STASH_MAX];
+static unsigned stash_n;
+
+/* The index of p among the kept blocks, or -1. */
+static int stash_find(const void *p) {
+  for (unsigned i = 0; i < stash_n; i++)
+    if (stash[i].p == p) return (int)i;
+  return -1;
+}
+
+/* A kept block of at least n usable bytes (the smallest), taken; NULL if
+ * none. (Large-lane blocks start on a page.) */
+static void *stash_take(size_t n) {
+  int best = -1;
+  for (unsigned i = 0; i < stash_n; i++)
+    if (stash[i].usable >= n && (best < 0 || stash[i].usable < stash[best].usable)) best = (int)i;
+  if (best < 0) return NULL;
+  void *p = stash[best].p;
+  stash[best] = stash[--stash_n];
+  ((uintptr_t *)p)[1] = 0; /* (as a pack clears a reused page's: hm_pack_alloc) */
+  return p;
+}
+
 /* The sampled allocation: from the large lane (its free comes to
- * hm_prof_freed), recorded with its stack and weight. */
+ * hm_prof_free), a kept block first, recorded with its stack and weight. */
 static void *prof_serve(unsigned fired, size_t n, size_t align, size_t charged) {
   (void)fired;
   uintptr_t pcs[HM_STACK_MAX];
   int depth = hm_stack_capture_at(hm_sample_tls.caller_ra, hm_sample_tls.caller_cfa, pcs, HM_STACK_MAX);
-  void *p = hm_large_alloc_unsampled(n == 0 ? 1 : n, align);
-  if (p == NULL) return NULL;
   /* unbiased estimates (as pprof's): a block charged c bytes is sampled
    * with probability 1 - exp(-c / rate) */
-  double w = 1.0 / hm_one_minus_exp_neg((double)(charged == 0 ? 1 : charged) / rate);
+  unsigned c = charged <= MEDIUM_MAX ? hm_size_class(charged) : 0;
+  double w = charged <= MEDIUM_MAX && hm_class_size[c] == charged ? class_weight[c] : weight(charged);
   uint64_t now = hm_now_ns();
   prof_lock();
+  void *p = align <= HM_PAGE_SIZE ? stash_take(n) : NULL;
+  if (p == NULL) {
+    prof_unlock(); /* (nested with no other lock) */
+    if ((p = hm_large_alloc_unsampled(n == 0 ? 1 : n, align)) == NULL) return NULL;
+    prof_lock();
+  }
   site_t *st = site_of(pcs, depth);
   bucket_t *bk = st != NULL ? bucket_of(st, n) : NULL;
   if (bk != NULL && ((live_used + 1) * 2 <= live_cap || live_grow())) {
@@ -264,26 +307,64 @@ static void *prof_serve(unsigned fired, size_t n, size_t align, size_t charged) 
   return p;
 }
 
-bool hm_prof_freed(void *p) {
+/* p's live sample taken off (the lock held); false if p is none. */
+static bool live_remove(const void *p) {
+  if (live_cap == 0) return false;
+  for (size_t j = live_slot((uintptr_t)p, live_cap); live[j].addr != 0; j = (j + 1) & (live_cap - 1)) {
+    if (live[j].addr != (uintptr_t)p) continue;
+    site_t *st = live[j].site;
+    st->inuse_objects -= live[j].objects;
+    st->inuse_space -= live[j].space;
+    st->samples--;
+    live[j].addr = 1;
+    return true;
+  }
+  return false;
+}
+
+bool hm_prof_free(void *p, unsigned kind) {
   if (!prof_on) return false;
-  bool found = false;
+  bool kept = false;
+  int i;
   prof_lock();
-  if (live_cap != 0) {
-    size_t j = live_slot((uintptr_t)p, live_cap);
-    for (; live[j].addr != 0; j = (j + 1) & (live_cap - 1)) {
-      if (live[j].addr != (uintptr_t)p) continue;
-      site_t *st = live[j].site;
-      st->inuse_objects -= live[j].objects;
-      st->inuse_space -= live[j].space;
-      st->samples--;
-      live[j].addr = 1;
-      found = true;
-      break;
+  if (live_remove(p)) {
+    size_t u;
+    if (stash_n < STASH_MAX && (u = hm_large_usable_live(p, kind)) != 0 && u <= STASH_BYTES) {
+      stash[stash_n].p = p;
+      stash[stash_n++].usable = u;
+      kept = true;
     }
+  } else if ((i = stash_find(p)) >= 0) {
+    prof_unlock();
+    hm_report_double(p, HM_OP_FREE, "large block already freed");
+    return true; /* (kept still) */
   }
   prof_unlock();
-  return found;
+  return kept;
 }
+
+bool hm_prof_freed(void *p) {
+  if (!prof_on) return false;
+  prof_lock();
+  bool found = live_remove(p);
+  int i = found ? -1 : stash_find(p);
+  if (i >= 0) stash[i] = stash[--stash_n]; /* (back to the lane with the caller's free) */
+  prof_unlock();
+  if (i >= 0) hm_report_double(p, HM_OP_REALLOC, "large block already freed");
+  return found || i >= 0;
+}
+
+/* The kept blocks back to the large lane. */
+static void stash_drain(void) {
+  void *keep[STASH_MAX];
+  prof_lock();
+  unsigned n = stash_n;
+  for (unsigned i = 0; i < n; i++) keep[i] = stash[i].p;
+  stash_n = 0;
+  prof_unlock();
+  for (unsigned i = 0; i < n; i++) hm_large_free(keep[i]);
+}
+
 /* ---- profile.proto, by hand --------------------------------------------- */
 
 /* A growing buffer in private mappings. */
@@ -293,8 +374,7 @@ typedef struct {
   bool failed;
 } buf_t;
 
-static void buf_reserve(buf_t *b, size_t more) {
-  if (b->failed || b->len + more <= b->cap) return;
+static HM_NOINLINE void buf_grow(buf_t *b, size_t more) {
   size_t cap = b->cap == 0 ? (size_t)1 << 16 : b->cap;
   while (cap < b->len + more) cap *= 2;
   uint8_t *q = map(cap);
@@ -309,6 +389,9 @@ static void buf_reserve(buf_t *b, size_t more) {
   b->p = q;
   b->cap = cap;
 }
+static inline void buf_reserve(buf_t *b, size_t more) {
+  if (!b->failed && b->len + more > b->cap) buf_grow(b, more);
+}
 static void buf_free(buf_t *b) {
   if (b->p != NULL) munmap(b->p, b->cap);
   *b = (buf_t){0};
@@ -320,13 +403,12 @@ static void put_bytes(buf_t *b, const void *s, size_t n) {
   b->len += n;
 }
 static void put_varint(buf_t *b, uint64_t v) {
-  uint8_t t[10];
-  size_t n = 0;
-  do {
-    t[n++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
-    v >>= 7;
-  } while (v != 0);
-  put_bytes(b, t, n);
+  buf_reserve(b, 10);
+  if (b->failed) return;
+  uint8_t *p = b->p + b->len;
+  for (; v >= 0x80; v >>= 7) *p++ = (uint8_t)(v | 0x80);
+  *p++ = (uint8_t)v;
+  b->len = (size_t)(p - b->p);
 }
 static void put_uint(buf_t *b, unsigned field, uint64_t v) { /* wire type 0 */
   put_varint(b, (uint64_t)field << 3);
@@ -471,7 +553,7 @@ static uint64_t function_of(uintptr_t pc, fn_t *fns, size_t cap, uint64_t *next_
 
 /* The dump's state: location and function ids, scratch messages. */
 typedef struct {
-  buf_t *out, m, line, ids, label, vals, sample, strings;
+  buf_t *out, m, line, ids, sample, strings;
   loc_t *locs;
   fn_t *fns;
   size_t cap;
@@ -507,23 +589,49 @@ static void put_stack(dump_t *d, const site_t *s) {
   }
 }
 
-static void put_num_label(dump_t *d, buf_t *sample, unsigned key, uint64_t num, unsigned unit) {
-  put_uint(&d->label, 1, key);
-  put_uint(&d->label, 3, num);
-  put_uint(&d->label, 4, unit);
-  put_msg(sample, 3, &d->label);
+/* Unchecked writes into room reserved by the caller (put_sample). */
+static uint8_t *raw_varint(uint8_t *p, uint64_t v) {
+  for (; v >= 0x80; v >>= 7) *p++ = (uint8_t)(v | 0x80);
+  *p++ = (uint8_t)v;
+  return p;
+}
+static uint8_t *raw_len(uint8_t *p, unsigned field, const uint8_t *s, size_t n) {
+  *p++ = (uint8_t)(field << 3 | 2);
+  p = raw_varint(p, n);
+  if (n != 0) memcpy(p, s, n);
+  return p + n;
+}
+/* A Label message of a number (fields key, num, num_unit), up to 33 bytes. */
+static uint8_t *raw_num_label(uint8_t *p, unsigned key, uint64_t num, unsigned unit) {
+  uint8_t m[33], *e = m;
+  *e++ = 1 << 3;
+  e = raw_varint(e, key);
+  *e++ = 3 << 3;
+  e = raw_varint(e, num);
+  *e++ = 4 << 3;
+  e = raw_varint(e, unit);
+  return raw_len(p, 3, m, (size_t)(e - m));
 }
 
 /* A Sample at d->ids' stack: values v, labels bytes = size and, for a
- * live block, alloc_time_ms (since profiling started). */
+ * live block, alloc_time_ms (since profiling started). The message is
+ * built in place (at most 116 bytes past the ids), in one reservation. */
 static void put_sample(dump_t *d, const double v[4], size_t size, const uint64_t *t_ns) {
-  put_len(&d->sample, 1, d->ids.p, d->ids.len);
-  if (d->ids.failed) d->sample.failed = true;
-  for (int k = 0; k < 4; k++) put_varint(&d->vals, (uint64_t)rounded(v[k]));
-  put_msg(&d->sample, 2, &d->vals);
-  put_num_label(d, &d->sample, S_BYTES, size, S_BYTES);
-  if (t_ns != NULL) put_num_label(d, &d->sample, S_ALLOC_TIME, (*t_ns - start_ns) / 1000000u, S_MS);
-  put_msg(d->out, 2, &d->sample);
+  if (d->ids.failed) d->out->failed = true;
+  buf_t *b = &d->sample;
+  b->len = 0;
+  buf_reserve(b, d->ids.len + 160);
+  if (b->failed) {
+    d->out->failed = true;
+    return;
+  }
+  uint8_t *p = raw_len(b->p, 1, d->ids.p, d->ids.len), vals[40], *e = vals;
+  for (int k = 0; k < 4; k++) e = raw_varint(e, (uint64_t)rounded(v[k]));
+  p = raw_len(p, 2, vals, (size_t)(e - vals));
+  p = raw_num_label(p, S_BYTES, size, S_BYTES);
+  if (t_ns != NULL) p = raw_num_label(p, S_ALLOC_TIME, (*t_ns - start_ns) / 1000000u, S_MS);
+  b->len = (size_t)(p - b->p);
+  put_msg(d->out, 2, b);
 }
 
 /* The whole Profile message into out (the lock held). symbolize: name
@@ -564,8 +672,6 @@ static void build_profile(buf_t *out, bool symbolize) {
   if (fns != NULL) munmap(fns, cap * sizeof(fn_t));
   buf_free(&d.line);
   buf_free(&d.ids);
-  buf_free(&d.label);
-  buf_free(&d.vals);
   buf_free(&d.sample);
   for (int i = 0; i < S_FIXED; i++) put_len(out, 6, fixed_strings[i], strlen(fixed_strings[i]));
   put_bytes(out, d.strings.p, d.strings.len);
@@ -818,6 +924,7 @@ static void leak_report(void) {
 
 bool hm_prof_live_each(void (*fn)(const void *p, size_t n, double weight, void *arg), void *arg) {
   if (!prof_on) return false;
+  stash_drain(); /* (not the program's blocks) */
   prof_lock();
   for (size_t i = 0; i < live_cap; i++)
     if (live[i].addr > 1 && live[i].objects > 0)
@@ -833,6 +940,7 @@ void hm_prof_init(void) {
   if (prof_path != NULL && *prof_path == '\0') prof_path = NULL;
   if (prof_path == NULL && !hm_opt[HM_OPT_LEAK_REPORT]) return;
   rate = (double)hm_opt[HM_OPT_PROFILE_RATE];
+  for (unsigned c = 0; c < NUM_CLASSES; c++) class_weight[c] = weight(hm_class_size[c]);
   start_ns = hm_now_ns();
   crc_init();
   hm_stack_init();

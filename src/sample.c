@@ -11,6 +11,13 @@ hm_sample_serve_fn hm_sampler_serve[HM_SAMPLERS];
 static uint64_t sampler_mean[HM_SAMPLERS];
 static unsigned enabled_mask;
 static double per_alloc_lambda[HM_SAMPLERS]; /* a consumer in allocations: -ln(1 - 1 / mean) */
+/* Per class, set as consumers are enabled (hm_sample_class_*): the
+ * inverse of the summed rate (0: every malloc), and which consumers fire,
+ * as thresholds on a uniform draw: consumer 0 alone below fire_lo, 1 alone
+ * below fire_hi, both above. */
+static double class_inv_rate[NUM_CLASSES], class_fire_lo[NUM_CLASSES], class_fire_hi[NUM_CLASSES];
+static double lambda(unsigned id, uint32_t bs);
+static void class_tables(void);
 /* (left: 0 until drawn; a consumer that is off stays at INT64_MAX once seen) */
 __thread struct hm_sample_tls hm_sample_tls __attribute__((tls_model("initial-exec")));
 
@@ -22,7 +29,10 @@ void hm_sampler_enable(unsigned id, uint64_t mean, bool in_bytes, hm_sample_serv
   enabled_mask |= 1u << id;
   hm_sample_any = true;
   hm_sample_light = enabled_mask == 1u << HM_SAMPLER_GUARD && mean >= HM_SAMPLE_LIGHT_MIN;
-  hm_sample_active = !hm_sample_light;
+  class_tables();
+  /* (atomic: a new thread's first slow malloc may read it before it sees
+   * start-up done, hm_alloc_slow) */
+  __atomic_store_n(&hm_sample_active, !hm_sample_light, __ATOMIC_RELAXED);
 }
 
 /* ln(x), x > 0: x = m * 2^e with m in [1, 2); ln m = 2 atanh((m-1)/(m+1)). */
@@ -143,27 +153,31 @@ static double lambda(unsigned id, uint32_t bs) {
   return hm_sampler_in_bytes[id] ? (double)bs / (double)sampler_mean[id] : per_alloc_lambda[id];
 }
 
-int64_t hm_sample_class_draw(uint32_t bs) {
+static void class_tables(void) {
+  for (unsigned c = 0; c < NUM_CLASSES; c++) {
+    uint32_t bs = hm_class_size[c];
+    double l = 0;
+    for (unsigned id = 0; id < HM_SAMPLERS; id++)
+      if (enabled_mask & (1u << id)) l += lambda(id, bs);
+    class_inv_rate[c] = l >= 1e299 ? 0 : 1 / l;
+    /* both on: which of them sampled it, given that one did */
+    double p0 = hm_one_minus_exp_neg(lambda(0, bs)), l1 = lambda(1, bs), p1 = l1 >= 1e299 ? 1.0 : hm_one_minus_exp_neg(l1);
+    double p = 1 - (1 - p0) * (1 - p1);
+    class_fire_lo[c] = p0 * (1 - p1) / p;
+    class_fire_hi[c] = (p0 * (1 - p1) + p1 * (1 - p0)) / p;
+  }
+}
+
+int64_t hm_sample_class_draw(unsigned c) {
   if (enabled_mask == 0) return INT64_MAX;
-  double l = 0;
-  for (unsigned id = 0; id < HM_SAMPLERS; id++)
-    if (enabled_mask & (1u << id)) l += lambda(id, bs);
-  if (l >= 1e299) return 1;
   /* geometric: P(K > k) = exp(-l k), from an exponential draw of mean 1 */
   double u = ((double)(hm_random_fast() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-  double k = -hm_log(u) / l;
+  double k = -hm_log(u) * class_inv_rate[c];
   return k > 4e18 ? (int64_t)4e18 : (int64_t)k + 1;
 }
 
-unsigned hm_sample_class_fire(uint32_t bs) {
+unsigned hm_sample_class_fire(unsigned c) {
   if (enabled_mask != 3u) return enabled_mask;
-  /* both on: which of them sampled it, given that one did */
-  double p0 = hm_one_minus_exp_neg(lambda(0, bs)), l1 = lambda(1, bs), p1 = l1 >= 1e299 ? 1.0 : hm_one_minus_exp_neg(l1);
-  double p = 1 - (1 - p0) * (1 - p1);
-  double u = ((double)(hm_random_fast() >> 11) + 0.5) * (1.0 / 9007199254740992.0) * p;
-  if (u < p0 * (1 - p1)) return 1u;
-  if (u < p0 * (1 - p1) + p1 * (1 - p0)) return 2u;
-  return 3u;
+  double u = ((double)(hm_random_fast() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  return u < class_fire_lo[c] ? 1u : u < class_fire_hi[c] ? 2u : 3u;
 }
-
-

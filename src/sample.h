@@ -91,14 +91,14 @@ static inline __attribute__((always_inline)) void *hm_sample_serve(unsigned fire
 
 
 /* The slab lane's countdowns (a heap's sample_left[class], in blocks of
- * the class, one for all consumers): a fresh one for a class of bs-byte
- * blocks (1 + a geometric draw whose rate is the sum of the consumers';
+ * the class, one for all consumers): a fresh one for class cls (1 + a
+ * geometric draw whose rate is the sum of the consumers', tabled per class;
  * INT64_MAX while nothing samples), and, when it runs out, which consumers
  * sample that malloc (each in proportion to its own chance). Exact for
  * both kinds of consumer: a block is sampled by each with its own
  * probability, independently of what came before. */
-__attribute__((visibility("hidden"))) int64_t hm_sample_class_draw(uint32_t bs);
-__attribute__((visibility("hidden"))) unsigned hm_sample_class_fire(uint32_t bs);
+__attribute__((visibility("hidden"))) int64_t hm_sample_class_draw(unsigned cls);
+__attribute__((visibility("hidden"))) unsigned hm_sample_class_fire(unsigned cls);
 
 
 /* Natural logarithm and 1 - exp(-x), without libm (the draws; the

@@ -151,7 +151,7 @@ typedef struct slab {
   block_t *free;               /* allocations pop here */
   block_t *local_free;         /* the owner's frees */
   uint64_t div_mul;            /* checks: the block check's multiplier (= the shape's) */
-  uint32_t start_off;          /* first block, as an offset in the SuperSlab */
+  uint32_t start_lo;           /* first block's address, low 32 bits (hm_slab_holds) */
   uint32_t block_size;
   uint16_t used;               /* blocks handed out, remote-freed ones included */
   uint16_t capacity;           /* blocks the slab can hold */
@@ -176,7 +176,7 @@ typedef struct slab {
   block_t *free;               /* allocations pop here */
   block_t *local_free;         /* the owner's frees */
   uintptr_t key;               /* free-list pointers are stored xor key xor their address */
-  uint32_t start_off;          /* first block, as an offset in the SuperSlab */
+  uint32_t start_lo;           /* first block's address, low 32 bits (hm_slab_holds) */
   uint32_t block_size;
   uint16_t used;               /* blocks handed out, remote-freed ones included */
   uint16_t carved;             /* blocks carved so far (lazily, to spare RSS); 0 when unused */
@@ -204,7 +204,7 @@ _Static_assert(offsetof(slab_t, remote) == 64, "secure: malloc and free read the
 typedef struct {
   uint64_t div_mul;            /* checks: the block check's multiplier (hm_slab_holds) */
   uint64_t limit;              /* checks: carved << (block_size's trailing zero bits) */
-  uint32_t start_off;          /* = the descriptor's */
+  uint32_t start_lo;           /* = the descriptor's */
   uint32_t block_size;         /* = the descriptor's */
   uint16_t carved;             /* = the descriptor's, 0 when unused (relaxed atomics) */
   uint16_t carved_kept;        /* unused: carved when released, to take it again as it is (ss_take_slab; owner only) */
@@ -304,8 +304,11 @@ HM_INLINE unsigned hm_slab_idx(const slab_t *s) {
 HM_INLINE slab_shape_t *hm_shape_of(const slab_t *s) {
   return &hm_ss_of(s)->shape[hm_slab_idx(s)];
 }
+/* The first block's offset in its SuperSlab: the low bits of start_lo (a
+ * SuperSlab is SS_SIZE-aligned, so its address adds nothing to them). */
+HM_INLINE uint32_t hm_start_off(uint32_t start_lo) { return start_lo & (uint32_t)SS_MASK; }
 HM_INLINE char *hm_slab_start(const slab_t *s) {
-  return (char *)hm_ss_of(s) + s->start_off;
+  return (char *)hm_ss_of(s) + hm_start_off(s->start_lo);
 }
 /* Slab s's remote list (s in a SuperSlab: not a heap's foreign cache or
  * the empty slab). Default: in the SuperSlab header, found from s's

@@ -5,7 +5,7 @@ with a profile.proto decoder of its own (CI has no Go); where `go` is
 installed, `go tool pprof -top` must read them too.
 
   test_prof.py LIBHAKMEM PROF_WORKLOAD MODE [LAUNCHER]
-MODE: sites | leak | fork | threads | trade | signal | dump | perl | labels | launcher | svg
+MODE: sites | leak | fork | threads | trade | signal | dump | perl | labels | kept | launcher | svg
 Estimates are checked against the amounts allocated within a tolerance of
 30% (at HAKMEM_PROFILE_RATE=16384, about five standard deviations: over
 60 runs of `dump` the estimates spread by 4-6%).
@@ -333,6 +333,28 @@ def main():
             path = os.path.join(tmp, "dump.pb.gz")
             out, _ = run([workload, "dump", path], {"LD_PRELOAD": lib, "HAKMEM_LEAK_REPORT": "1"}, tmp)
             check_expect(decode(path), out)
+        elif mode == "kept":
+            # a sampled block freed twice (kept by the profiler after its
+            # first free): reported; in warn mode no block is handed out twice
+            for how, warn in ((h, w) for h in ("free", "realloc") for w in (False, True)):
+                e = dict(os.environ, LD_PRELOAD=lib, HAKMEM_PROFILE=os.path.join(tmp, "k.pb.gz"),
+                         HAKMEM_PROFILE_RATE="1")
+                if warn:
+                    e["HAKMEM_ON_ERROR"] = "warn"
+                r = subprocess.run([workload, "kept", how], env=e, cwd=tmp, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, timeout=300)
+                out, err = r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+                m = re.search(r"^PTR (0x[0-9a-f]+)$", out, re.M)
+                want = "hakmem: error: double free of %s (%slarge block already freed)\n" % (
+                    m.group(1) if m else "?", "realloc: " if how == "realloc" else "")
+                tag = "kept %s (%s)" % (how, "warn" if warn else "abort")
+                if m is None or err != want:
+                    fail("%s: stderr %r, expected %r; stdout %r" % (tag, err, want, out))
+                if warn and (r.returncode != 0 or "CONTINUED" not in out):
+                    fail("%s: exit %d, stdout %r" % (tag, r.returncode, out))
+                if not warn and r.returncode != -6:
+                    fail("%s: expected SIGABRT, exit %d" % (tag, r.returncode))
+            print("ok a kept sampled block's second free or realloc reported")
         elif mode == "perl":
             if shutil.which("perl") is None:
                 print("SKIP: perl is not installed")
