@@ -23,7 +23,7 @@ Runs are interleaved (A B C ... A B C ...) RUNS times.  Reports median, min,
 max and coefficient of variation of ops/s, the ratio to mimalloc, hakmem's
 ratio to the best other allocator, peak RSS and minor page faults
 (ru_maxrss, ru_minflt from wait4) and, from one extra `strace -f -c` run per
-allocator, the mmap/munmap/madvise/mremap/brk counts.  Writes results/latest.csv,
+allocator, the mmap/munmap/madvise/mremap/brk/process_madvise counts.  Writes results/latest.csv,
 results/latest.json and results/bench.png (copied to docs/bench.png after a
 full, non-quick run over all benchmarks).
 
@@ -64,7 +64,7 @@ ALLOCATOR_ORDER = ["hakmem", "hakmem-libc", "glibc", "mimalloc", "jemalloc", "tc
 # The allocators hakmem is ranked against ("best peer"): every one but hakmem itself.
 NOT_PEERS = ("hakmem", "hakmem-libc")
 BASELINE = "mimalloc"
-STRACE_SYSCALLS = ["mmap", "munmap", "madvise", "mremap", "brk"]
+STRACE_SYSCALLS = ["mmap", "munmap", "madvise", "mremap", "brk", "process_madvise"]
 
 # Benchmarks: row name, binary, full arguments, quick arguments, and whether the
 # checksum it prints must be identical under every allocator (single-threaded
@@ -94,7 +94,7 @@ BENCHMARKS = [
 # that freed it exit; RSS one second after the frees. Arguments: MiB, seconds.
 IDLE_MODES = ["sleep", "io", "lowrate", "exit"]
 IDLE_ARGS = (["400", "3"], ["256", "2"])  # full, quick
-OS_CALLS = ["mmap", "munmap", "madvise", "mremap"]  # the "calls per second" of the issue-18 budget
+OS_CALLS = ["mmap", "munmap", "madvise", "mremap", "process_madvise"]  # the "calls per second" of the issue-18 budget
 
 # Rough seconds per run (full, quick), only used to estimate the time left.
 EXPECTED_SECS = {"bench_random_mixed": (0.6, 0.08), "bench_tiny": (0.8, 0.12), "larson": (1.05, 0.3),
@@ -579,7 +579,7 @@ def print_tables(results, bench_names, alloc_names):
             row.append("%.1f" % s["calls_per_s"] if s.get("calls_per_s") is not None else "-")
             rows.append(row)
     table(hdr, rows)
-    log("(calls/s: mmap+munmap+madvise+mremap of the strace run over the median wall time of the timed runs, "
+    log("(calls/s: mmap+munmap+madvise+mremap+process_madvise of the strace run over the median wall time of the timed runs, "
         "start-up included)")
 
     soak = results.get("soak")
@@ -701,9 +701,9 @@ def write_markdown(path, data):
     table("Minor page faults (ru_minflt, median over the runs):",
           lambda s: "%.0f" % s["minflt"] if s and s.get("minflt") is not None else "-")
     out.append("")
-    table("System calls in one `strace -f -c` run (mmap / munmap / madvise / mremap / brk):", syscall_cell)
+    table("System calls in one `strace -f -c` run (mmap / munmap / madvise / mremap / brk / process_madvise):", syscall_cell)
     out.append("")
-    table("mmap+munmap+madvise+mremap per second of run time (the strace run's counts over the median wall "
+    table("mmap+munmap+madvise+mremap+process_madvise per second of run time (the strace run's counts over the median wall "
           "time of the timed runs, start-up included):",
           lambda s: "%.1f" % s["calls_per_s"] if s and s.get("calls_per_s") is not None else "-")
     idle = data.get("idle")

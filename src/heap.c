@@ -18,6 +18,7 @@
  * `pending` mask and raises the owner's `pending_hint`, which the owner
  * reads on its slow path. */
 #include <pthread.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "heap.h"
@@ -1188,10 +1189,58 @@ void hm_heap_flush_foreign(heap_t *h) {
   }
 }
 
+/* Thread exit: the whole pages inside the free blocks of 8 KiB and more
+ * (past each block's first EXIT_KEEP bytes: the list link, the free tag,
+ * secure mode's pattern, big.c's stamp) go back, many ranges a call
+ * (hm_os_purge_ranges), within the calls the exit may make
+ * (docs/DESIGN.md, "Memory given back"). Nobody will take these blocks
+ * before an adopter: the slabs' lists are still this thread's. */
+#define EXIT_KEEP 72
+#ifdef HAKMEM_SECURE
+_Static_assert(EXIT_KEEP >= HM_FILL_BYTES, "the fill pattern stays");
+#endif
+#define EXIT_RANGES 128 /* a call's ranges (on the exiting thread's stack) */
+typedef struct {
+  struct iovec v[EXIT_RANGES];
+  unsigned n, calls, max_calls;
+  size_t bytes;
+} exit_give_t;
+
+static void exit_give_flush(exit_give_t *g) {
+  if (g->n == 0) return;
+  long r = hm_os_purge_ranges(g->v, g->n);
+  if (r >= 0) {
+    g->calls++;
+    g->bytes += (size_t)r;
+  }
+  g->n = 0;
+}
+
+static void exit_give_slab(exit_give_t *g, slab_t *s) {
+  uint32_t bs = s->block_size;
+  if (bs < 2 * HM_PAGE_SIZE || s->in_use == SLAB_UNUSED || s->in_use == SLAB_FULL) return;
+  block_t *lists[2] = {s->free, s->local_free};
+  for (unsigned k = 0; k < 2; k++)
+    for (block_t *b = lists[k]; b != NULL; b = hm_next_get(s, b)) {
+      uintptr_t from = ((uintptr_t)b + EXIT_KEEP + HM_PAGE_SIZE - 1) & ~(uintptr_t)(HM_PAGE_SIZE - 1);
+      uintptr_t to = ((uintptr_t)b + bs) & ~(uintptr_t)(HM_PAGE_SIZE - 1);
+      if (to <= from) continue;
+      if (g->n == EXIT_RANGES) {
+        if (g->calls == g->max_calls || !hm_os_purge_ranges_ok()) return;
+        exit_give_flush(g);
+      }
+      g->v[g->n++] = (struct iovec){(void *)from, to - from};
+    }
+}
+
 /* Thread exit: free what is free, leave the rest to be adopted. Blocks in
  * abandoned SuperSlabs can still be freed from any thread (remote path). */
 void hm_heap_thread_exit(heap_t *h) {
   size_t unused_before = hm_purge_exit_begin();
+  exit_give_t give;
+  give.n = give.calls = 0;
+  give.bytes = 0;
+  give.max_calls = hm_os_purge_ranges_ok() ? hm_purge_exit_calls() : 0;
   hm_heap_flush_foreign(h);
   hm_tls_heap = &hm_empty_heap;
   hm_tls_free_id = (uintptr_t)&hm_empty_heap;
@@ -1222,6 +1271,12 @@ void hm_heap_thread_exit(heap_t *h) {
       if (s->used == 0) gone = slab_release(h, s);
     }
     if (gone) continue;
+    for (unsigned i = 0; i < ss->nslabs && give.calls < give.max_calls; i++) exit_give_slab(&give, &ss->slabs[i]);
+  }
+  /* (before any SuperSlab is abandoned: then another thread may adopt it) */
+  if (give.calls < give.max_calls) exit_give_flush(&give);
+  for (superslab_t *ss = h->all; ss != NULL; ss = next) {
+    next = ss->all_next;
     if (ss->on_partial) partial_unlink(h, ss);
     all_unlink(h, ss);
     atomic_store(&ss->owner, NULL);
@@ -1238,7 +1293,7 @@ void hm_heap_thread_exit(heap_t *h) {
   h->next_free = heap_pool;
   heap_pool = h;
   hm_mutex_unlock(&heap_lock);
-  hm_purge_exit_end(unused_before); /* (the purger, if what this left unused wants it) */
+  hm_purge_exit_end(unused_before, give.bytes, give.calls); /* (the purger, if what this left unused wants it) */
 }
 
 /* Collect the remote frees of every abandoned SuperSlab and give the ones

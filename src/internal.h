@@ -69,6 +69,13 @@ HM_HIDDEN const char *hm_cgroup_source(void);
 HM_HIDDEN void *hm_os_map(size_t len);
 HM_HIDDEN void hm_os_unmap(void *p, size_t len);
 HM_HIDDEN int hm_os_purge(void *p, size_t len);
+/* Many ranges in one call (process_madvise on the calling process: Linux
+ * 6.13); returns the bytes given back, -1 where the kernel cannot (then
+ * never again: hm_os_purge_ranges_ok). At most HM_OS_RANGES_MAX ranges. */
+#define HM_OS_RANGES_MAX 1024
+struct iovec;
+HM_HIDDEN long hm_os_purge_ranges(const struct iovec *v, unsigned n);
+HM_HIDDEN bool hm_os_purge_ranges_ok(void);
 HM_HIDDEN void *hm_os_remap(void *p, size_t old_len, size_t new_len, bool may_move);
 /* Move the pages of [p, p+len) to a new mapping, leaving [p, p+len) mapped
  * and empty (it reads zeros); NULL if the OS refused (MREMAP_DONTUNMAP,
@@ -141,13 +148,17 @@ typedef struct {
   void (*step)(uint64_t now, bool look);
   bool (*bg_wanted)(void);
   size_t (*unused)(void);
-  void (*thread_exited)(size_t unused_before);
+  void (*thread_exited)(size_t unused_before, size_t given, unsigned calls);
+  unsigned (*exit_calls)(void);
 } hm_purge_hooks_t;
 HM_HIDDEN void hm_purge_set_hooks(const hm_purge_hooks_t *hooks);
 extern HM_HIDDEN _Atomic uint32_t hm_purge_step_epoch; /* steps run so far */
-/* heap.c's thread exit: before (returns the unused bytes) and after. */
+/* heap.c's thread exit: before (returns the unused bytes), the calls it
+ * may make to give back the pages inside its free blocks (0 unless lazy),
+ * and after (what it gave back, with how many calls). */
 HM_HIDDEN size_t hm_purge_exit_begin(void);
-HM_HIDDEN void hm_purge_exit_end(size_t unused_before);
+HM_HIDDEN unsigned hm_purge_exit_calls(void);
+HM_HIDDEN void hm_purge_exit_end(size_t unused_before, size_t given, unsigned calls);
 HM_HIDDEN void hm_purge_tick_clock(void);
 extern HM_HIDDEN __thread uint32_t hm_tick_countdown __attribute__((tls_model("initial-exec")));
 /* On slow paths: every HM_TICK_EVERY-th call reads the coarse clock (vDSO)

@@ -5,6 +5,8 @@
  * (backend.c). */
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -38,6 +40,34 @@ int hm_os_purge(void *p, size_t len) {
   atomic_fetch_add_explicit(&n_madvise, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&purged_total, len, memory_order_relaxed);
   return 0;
+}
+
+/* process_madvise(2) on the calling process (PIDFD_SELF), which takes any
+ * advice there since Linux 6.13: the ranges of many blocks in one system
+ * call (counted as one madvise). Elsewhere (older kernels, seccomp) it
+ * fails at once, and is not tried again. */
+#ifndef SYS_process_madvise
+#define SYS_process_madvise 440
+#endif
+#define PIDFD_SELF_ (-10000) /* the calling thread, so its process (Linux 6.14) */
+static _Atomic int ranges_state; /* 0 untried, 1 works, -1 refused */
+
+bool hm_os_purge_ranges_ok(void) {
+  return hm_opt[HM_OPT_PURGE_RANGES] != 0 && atomic_load_explicit(&ranges_state, memory_order_relaxed) >= 0;
+}
+
+long hm_os_purge_ranges(const struct iovec *v, unsigned n) {
+  if (n == 0) return 0;
+  if (!hm_os_purge_ranges_ok() || n > HM_OS_RANGES_MAX) return -1;
+  long r = syscall(SYS_process_madvise, PIDFD_SELF_, v, (size_t)n, MADV_DONTNEED, 0u);
+  if (r < 0) {
+    if (atomic_load_explicit(&ranges_state, memory_order_relaxed) == 0) atomic_store(&ranges_state, -1);
+    return -1;
+  }
+  atomic_store_explicit(&ranges_state, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&n_madvise, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&purged_total, (size_t)r, memory_order_relaxed);
+  return r;
 }
 
 void hm_os_purged_add(size_t bytes) { atomic_fetch_add_explicit(&purged, bytes, memory_order_relaxed); }

@@ -27,6 +27,7 @@
  * pack is not built there. */
 #include <pthread.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "internal.h"
 
@@ -567,13 +568,33 @@ static unsigned claim_runs(uint64_t now, uint64_t empty_idle_ns, size_t *budget,
   return n;
 }
 
-/* madvise the claimed runs (lock not held), then free them, clean. */
+/* madvise the claimed runs (lock not held), then free them, clean. Where
+ * the kernel can, all in one call (hm_os_purge_ranges), else one a run
+ * (with one_by_one; else they stay dirty: the caller counts its calls).
+ * Returns the bytes given back; *calls: the system calls made. */
 enum { RUN_STEP, RUN_IDLE, RUN_EXIT }; /* whose regret a run's reuse is */
 
-static size_t purge_runs(run_t *r, unsigned n, uint64_t now, int why) {
+static size_t purge_runs(run_t *r, unsigned n, uint64_t now, int why, bool one_by_one, unsigned *calls) {
   size_t bytes = 0;
-  bool ok[PURGE_BATCH];
-  for (unsigned i = 0; i < n; i++) ok[i] = hm_os_purge(page_addr(r[i].pk, r[i].s), (size_t)r[i].k * HM_PAGE_SIZE) == 0;
+  bool ok[PURGE_BATCH], tried = false;
+  unsigned c = 0;
+  if (n > 1 && hm_os_purge_ranges_ok()) {
+    struct iovec v[PURGE_BATCH];
+    for (unsigned i = 0; i < n; i++) v[i] = (struct iovec){page_addr(r[i].pk, r[i].s), (size_t)r[i].k * HM_PAGE_SIZE};
+    long got = hm_os_purge_ranges(v, n);
+    if (got >= 0) { /* (it stops at a range it cannot advise: those after it go one by one) */
+      size_t upto = 0;
+      for (unsigned i = 0; i < n; i++) ok[i] = (upto += v[i].iov_len) <= (size_t)got;
+      tried = true;
+      c = 1;
+    }
+  }
+  for (unsigned i = 0; i < n; i++)
+    if (!tried || !ok[i]) {
+      ok[i] = (one_by_one || n == 1) && hm_os_purge(page_addr(r[i].pk, r[i].s), (size_t)r[i].k * HM_PAGE_SIZE) == 0;
+      c += one_by_one || n == 1;
+    }
+  if (calls != NULL) *calls = c;
   hm_mutex_lock(&pack_lock);
   for (unsigned i = 0; i < n; i++) {
     if (ok[i]) {
@@ -612,7 +633,7 @@ size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t
     unsigned n = claim_runs(now, empty_idle, &budget, next_due, runs);
     hm_mutex_unlock(&pack_lock);
     if (n == 0) break;
-    bytes += purge_runs(runs, n, now, RUN_STEP);
+    bytes += purge_runs(runs, n, now, RUN_STEP, true, NULL);
     if (n < PURGE_BATCH || budget == 0) break;
   }
   return bytes;
@@ -644,7 +665,7 @@ static void keep_longest(run_t *best, unsigned *n, unsigned max, run_t r) {
 
 /* The longest runs of free dirty pages (with idle, only those free since
  * the last look), at most max, taken into best. Lock held. */
-static unsigned claim_longest(bool idle, unsigned max, run_t *best) {
+static unsigned claim_longest(bool idle, unsigned max, unsigned min_len, run_t *best) {
   unsigned n = 0;
   if (max > PURGE_BATCH) max = PURGE_BATCH;
   for (unsigned i = 0; i < npacks && max != 0; i++) {
@@ -655,7 +676,7 @@ static unsigned claim_longest(bool idle, unsigned max, run_t *best) {
       any |= (cand[w] = (idle ? pk->idle[w] : ~(uint64_t)0) & pk->dirty[w] & ~pk->used[w]) != 0;
     for (unsigned j = any ? bits_next(cand, 1, true) : PACK_PAGES; j < PACK_PAGES;) {
       unsigned e = bits_next(cand, j, false);
-      if (e - j >= IDLE_RUN_MIN) keep_longest(best, &n, max, (run_t){pk, (uint16_t)j, (uint16_t)(e - j)});
+      if (e - j >= min_len) keep_longest(best, &n, max, (run_t){pk, (uint16_t)j, (uint16_t)(e - j)});
       j = bits_next(cand, e, true);
     }
   }
@@ -682,7 +703,7 @@ size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, uns
   }
   last_look_ns = now;
   run_t best[PURGE_BATCH];
-  unsigned n = claim_longest(true, max_calls, best);
+  unsigned n = claim_longest(true, max_calls, IDLE_RUN_MIN, best);
   bool any_left = false;
   for (unsigned i = 0; i < npacks; i++) {
     pack_t *pk = packs[i];
@@ -690,17 +711,29 @@ size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, uns
   }
   hm_mutex_unlock(&pack_lock);
   if (any_left && now + age_ns < *next_due) *next_due = now + age_ns;
-  *calls = n;
-  return n != 0 ? purge_runs(best, n, now, RUN_IDLE) : 0;
+  *calls = n; /* (charged a run each, batched or not: what goes back, and when, stays the budget's) */
+  return n != 0 ? purge_runs(best, n, now, RUN_IDLE, true, NULL) : 0;
 }
 
+/* A thread's exit: the longest free runs, max_calls calls' worth: a run a
+ * call, or PURGE_BATCH of them (of any length) where the kernel takes
+ * them in one (hm_os_purge_ranges). */
 size_t hm_pack_purge_longest(unsigned max_calls, unsigned *calls) {
-  run_t best[PURGE_BATCH];
-  hm_mutex_lock(&pack_lock);
-  unsigned n = claim_longest(false, max_calls, best);
-  hm_mutex_unlock(&pack_lock);
-  *calls = n;
-  return n != 0 ? purge_runs(best, n, hm_now_ns(), RUN_EXIT) : 0;
+  size_t bytes = 0;
+  *calls = 0;
+  while (*calls < max_calls) {
+    run_t best[PURGE_BATCH];
+    bool batch = hm_os_purge_ranges_ok();
+    unsigned want = batch ? PURGE_BATCH : max_calls - *calls, c;
+    hm_mutex_lock(&pack_lock);
+    unsigned n = claim_longest(false, want, batch ? 1 : IDLE_RUN_MIN, best);
+    hm_mutex_unlock(&pack_lock);
+    if (n == 0) break;
+    bytes += purge_runs(best, n, hm_now_ns(), RUN_EXIT, !batch, &c);
+    *calls += c;
+    if (n < want) break;
+  }
+  return bytes;
 }
 
 size_t hm_pack_release(void) {

@@ -86,8 +86,9 @@ bool hm_purge_unused_now(uint64_t now) {
 void hm_purge_set_hooks(const hm_purge_hooks_t *h) { hooks = *h; }
 
 size_t hm_purge_exit_begin(void) { return hooks.unused != NULL ? hooks.unused() : 0; }
-void hm_purge_exit_end(size_t unused_before) {
-  if (hooks.thread_exited != NULL) hooks.thread_exited(unused_before);
+unsigned hm_purge_exit_calls(void) { return hooks.exit_calls != NULL ? hooks.exit_calls() : 0; }
+void hm_purge_exit_end(size_t unused_before, size_t given, unsigned calls) {
+  if (hooks.thread_exited != NULL) hooks.thread_exited(unused_before, given, calls);
 }
 
 static __thread uint32_t seen_epoch __attribute__((tls_model("initial-exec")));

@@ -297,18 +297,47 @@ static void purge_tick_slow(void) {
 
 /* A thread that exits leaves its unused memory to nobody: what lies unused
  * above the reserve goes back at once, no delay: the empty SuperSlabs,
- * then the packs' longest free runs, as many calls as the time budget
- * holds plus two seconds' worth (a debt that holds back the next ones: a
- * program that churns threads stays within it). Unused slabs wait for
- * the steps (one call per few slabs). */
-static void exit_purge(void) {
+ * then the packs' longest free runs. Each exit may spend what the time
+ * budget holds plus two seconds' worth, while the debt stays within four
+ * seconds' worth: threads that end together each get their share, and the
+ * debt holds back the next calls, so a program that churns threads stays
+ * within the budget. Before, heap.c gave back the pages inside the free
+ * blocks of the exiting thread's slabs (exit_calls says how many calls it
+ * may make; they are charged here). Unused slabs wait for the steps (one
+ * call per few slabs). */
+#define EXIT_CALLS_S 2
+#define EXIT_DEBT_S 4
+
+/* The calls an exit may make now (purge_lock held). */
+static int64_t exit_limit(uint64_t now) {
+  calls_allowed(now);
+  int64_t rate = (int64_t)hm_opt[HM_OPT_IDLE_CALLS_PER_S], held = tb_milli / 1000;
+  int64_t limit = (held > 0 ? held : 0) + EXIT_CALLS_S * rate;
+  return limit < held + EXIT_DEBT_S * rate ? limit : held + EXIT_DEBT_S * rate;
+}
+
+/* (policy.c's hook, from heap.c's thread exit, before it gives back the
+ * pages inside its free blocks; concurrent exits may each be told the same,
+ * and the debt they leave holds back the calls after them.) */
+static unsigned exit_calls(void) {
+  if (hm_purge_mode != PURGE_LAZY) return 0;
+  hm_mutex_lock(&purge_lock);
+  int64_t limit = exit_limit(hm_now_ns());
+  hm_mutex_unlock(&purge_lock);
+  return limit > 0 ? (unsigned)limit : 0;
+}
+
+static void exit_purge(size_t given_blocks, unsigned calls_blocks) {
   if (hm_purge_mode != PURGE_LAZY) return;
+  hm_mutex_lock(&purge_lock);
+  tb_milli -= (int64_t)calls_blocks * 1000;
+  atomic_fetch_add_explicit(&given[HM_GIVE_IDLE_TICK], given_blocks, memory_order_relaxed);
+  hm_mutex_unlock(&purge_lock);
   size_t unused = hm_purge_unused_resident() + hm_pack_free_dirty(), keep = reserve();
   if (unused <= keep) return;
   hm_mutex_lock(&purge_lock);
   uint64_t now = hm_now_ns(), next = UINT64_MAX;
-  calls_allowed(now);
-  int64_t limit = tb_milli / 1000 + 2 * (int64_t)hm_opt[HM_OPT_IDLE_CALLS_PER_S]; /* calls, two seconds' debt at most */
+  int64_t limit = exit_limit(now);
   if (limit > 0) {
     struct hak_os_stats a, b;
     unsigned calls = 0;
@@ -326,11 +355,11 @@ static void exit_purge(void) {
 /* A thread exited (policy.c's hook, from heap.c) and left unused what its
  * empty slabs and SuperSlabs held: counted, and the purger started if it
  * is wanted, in case nobody else calls. */
-static void thread_exited(size_t unused_before) {
+static void thread_exited(size_t unused_before, size_t given_blocks, unsigned calls_blocks) {
   size_t after = hm_purge_unused_resident(); /* (other threads' changes too: an estimate) */
   if (after > unused_before) atomic_fetch_add_explicit(&given[HM_GIVE_EXIT], after - unused_before, memory_order_relaxed);
   int saved = errno;
-  exit_purge();
+  exit_purge(given_blocks, calls_blocks);
   maybe_start_bg();
   errno = saved;
 }
@@ -413,6 +442,6 @@ static void tick_step(uint64_t now, bool look) {
 }
 
 void hm_purge_start(void) {
-  static const hm_purge_hooks_t hooks = {tick_step, bg_wanted, hm_purge_unused_resident, thread_exited};
+  static const hm_purge_hooks_t hooks = {tick_step, bg_wanted, hm_purge_unused_resident, thread_exited, exit_calls};
   hm_purge_set_hooks(&hooks);
 }

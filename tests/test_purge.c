@@ -40,6 +40,19 @@
  *   exit_now   HAKMEM_PURGE_DELAY_MS=60000: a thread frees 64 MiB of small
  *              blocks and exits; what it left unused is given back before
  *              pthread_join returns, the delay notwithstanding
+ *   exit_shared HAKMEM_PURGE_DELAY_MS=60000 HAKMEM_PURGE_RANGES=0: two
+ *              threads each leave 200 holes in packs in use and exit one
+ *              after the other; the second exit gives back runs too (the
+ *              first does not take the whole allowance of calls), and both
+ *              together stay within what the time budget holds plus four
+ *              seconds' worth. `exit_shared ranges` (HAKMEM_PURGE_RANGES=1):
+ *              all 400 holes go back, 64 a call (skipped where the kernel's
+ *              process_madvise cannot advise the calling process)
+ *   exit_blocks HAKMEM_PURGE_DELAY_MS=60000: a thread frees every other of
+ *              its 64 blocks of 20 KiB and exits; the freed ones keep only
+ *              their first page resident, the live ones all five, and the
+ *              blocks work when taken again (skipped where the kernel's
+ *              process_madvise cannot advise the calling process)
  *   pack_idle  free pages of a pack in use, idle while the large lane stays
  *              busy next to them, go back within a second or two, within
  *              20 calls a second */
@@ -48,8 +61,11 @@
 
 #include <malloc.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdbool.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -874,6 +890,140 @@ static void t_exit_now(void) {
   CHECK(after < before + (12u << 20), "RSS grew by %zu MiB over the thread's life", (after - before) >> 20);
 }
 
+/* exit_shared: a thread leaves N holes of `pages` pages in packs (every
+ * other block of 2N freed, once both threads have allocated theirs: no
+ * block lands in a hole; the rest kept live), then waits for its turn to
+ * exit; the madvise calls its exit made are read after the join. */
+typedef struct {
+  size_t pages;
+  pthread_barrier_t *allocated, *ready;
+  sem_t go;
+  size_t madv_at_exit;
+  char *holes[200];
+} exit_share_t;
+
+static void *exit_shared_thread(void *arg) {
+  exit_share_t *a = arg;
+  enum { N = 200 };
+  size_t bs = a->pages * 4096;
+  char **v = malloc(2 * N * sizeof *v);
+  CHECK(v, "malloc");
+  for (int i = 0; i < 2 * N; i++) {
+    v[i] = malloc(bs);
+    CHECK(v[i], "malloc(%zu)", bs);
+    memset(v[i], 0x66, bs);
+  }
+  pthread_barrier_wait(a->allocated); /* (no block then lands in a hole) */
+  for (int i = 0; i < 2 * N; i += 2) { /* holes; the odd ones stay live (leaked) */
+    a->holes[i / 2] = v[i];
+    free(v[i]);
+  }
+  free(v);
+  pthread_barrier_wait(a->ready);
+  while (sem_wait(&a->go) != 0) {
+  }
+  a->madv_at_exit = os().madvise_calls;
+  return NULL;
+}
+
+static bool ranges_supported(void);
+static void t_exit_shared(bool ranges) {
+  char *probe = malloc(300 * 1024);
+  bool packed = probe != NULL && malloc_usable_size(probe) == 300 * 1024; /* (a span is 2 MiB) */
+  free(probe);
+  if (!packed) {
+    printf("exit_shared: no packs in this build (secure mode): skipped\n");
+    exit(77);
+  }
+  if (ranges && !ranges_supported()) {
+    printf("exit_shared: process_madvise cannot advise this process (Linux 6.13): skipped\n");
+    exit(77);
+  }
+  pthread_barrier_t allocated, ready;
+  CHECK(pthread_barrier_init(&allocated, NULL, 2) == 0 && pthread_barrier_init(&ready, NULL, 3) == 0, "barrier");
+  exit_share_t a[2] = {{.pages = 10, .allocated = &allocated, .ready = &ready},
+                       {.pages = 12, .allocated = &allocated, .ready = &ready}};
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) {
+    CHECK(sem_init(&a[i].go, 0, 0) == 0, "sem_init");
+    CHECK(pthread_create(&t[i], NULL, exit_shared_thread, &a[i]) == 0, "pthread_create");
+  }
+  pthread_barrier_wait(&ready);
+  size_t calls[2];
+  for (int i = 0; i < 2; i++) {
+    sem_post(&a[i].go);
+    pthread_join(t[i], NULL);
+    calls[i] = os().madvise_calls - a[i].madv_at_exit;
+  }
+  size_t res = 0;
+  for (int i = 0; i < 2; i++)
+    for (int k = 0; k < 200; k++) res += resident_pages(a[i].holes[k], a[i].pages * 4096);
+  printf("exit_shared: madvise calls of the first exit %zu, of the second %zu; %zu pages of the holes resident\n",
+         calls[0], calls[1], res);
+  if (ranges) {
+    CHECK(calls[0] + calls[1] <= 10 && res == 0, "%zu calls, %zu pages of the holes resident (want all back in 7 calls)",
+          calls[0] + calls[1], res);
+    return;
+  }
+  /* IDLE_CALLS_PER_S 10: the bucket (10) + 2 s each, 4 s of debt at most */
+  CHECK(calls[0] >= 10 && calls[1] >= 10, "an exit gave back too little: %zu and %zu calls", calls[0], calls[1]);
+  CHECK(calls[0] + calls[1] <= 52, "the exits made %zu calls together, over the budget", calls[0] + calls[1]);
+}
+
+/* exit_blocks: can process_madvise advise this process (PIDFD_SELF,
+ * MADV_DONTNEED: Linux 6.13)? An empty vector checks both. */
+static bool ranges_supported(void) {
+  return syscall(SYS_process_madvise, -10000, (void *)NULL, (size_t)0, MADV_DONTNEED, 0u) == 0;
+}
+
+enum { EB_N = 64, EB_SIZE = 20 * 1024 };
+static char *eb_blocks[EB_N];
+
+static void *exit_blocks_thread(void *arg) {
+  (void)arg;
+  for (int i = 0; i < EB_N; i++) {
+    eb_blocks[i] = malloc(EB_SIZE);
+    CHECK(eb_blocks[i], "malloc");
+    memset(eb_blocks[i], 0x77, EB_SIZE);
+  }
+  for (int i = 0; i < EB_N; i += 2) free(eb_blocks[i]);
+  return NULL;
+}
+
+static void t_exit_blocks(void) {
+  if (!ranges_supported()) {
+    printf("exit_blocks: process_madvise cannot advise this process (Linux 6.13): skipped\n");
+    exit(77);
+  }
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, exit_blocks_thread, NULL) == 0, "pthread_create");
+  pthread_join(t, NULL);
+  size_t freed = 0, live = 0, pages = EB_SIZE / 4096;
+  for (int i = 0; i < EB_N; i++) {
+    /* (the blocks start on a page: 20 KiB is 5 pages and slabs start on one) */
+    CHECK(((uintptr_t)eb_blocks[i] & 4095) == 0, "block %d not on a page", i);
+    size_t r = resident_pages(eb_blocks[i], EB_SIZE);
+    if (i % 2 == 0) freed += r;
+    else live += r;
+  }
+  printf("exit_blocks: %d freed blocks of %zu pages: %zu pages resident; %d live ones: %zu\n", EB_N / 2, pages, freed,
+         EB_N / 2, live);
+  CHECK(live == (size_t)(EB_N / 2) * pages, "live blocks lost pages: %zu of %zu", live, (size_t)(EB_N / 2) * pages);
+  CHECK(freed <= (size_t)(EB_N / 2), "the freed blocks keep %zu pages (want their first pages, %d, at most)", freed,
+        EB_N / 2);
+  for (int i = 1; i < EB_N; i += 2)
+    for (size_t k = 0; k < EB_SIZE; k += 512) CHECK(eb_blocks[i][k] == 0x77, "live block %d changed", i);
+  /* taken again (this thread adopts the SuperSlab), the blocks work */
+  char *again[EB_N];
+  for (int i = 0; i < EB_N; i++) {
+    again[i] = malloc(EB_SIZE);
+    CHECK(again[i], "malloc");
+    memset(again[i], 0x11, EB_SIZE);
+  }
+  for (int i = 0; i < EB_N; i++) free(again[i]);
+  for (int i = 1; i < EB_N; i += 2) free(eb_blocks[i]);
+}
+
 static size_t os_calls_now(void) {
   struct hak_os_stats s;
   hak_os_stats_get(&s);
@@ -945,6 +1095,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(m, "big_lowest")) t_big_lowest(argc > 2 && !strcmp(argv[2], "trading"));
   else if (!strcmp(m, "big_idle")) t_big_idle(argc > 2 && !strcmp(argv[2], "given"));
   else if (!strcmp(m, "exit_now")) t_exit_now();
+  else if (!strcmp(m, "exit_shared")) t_exit_shared(argc > 2 && !strcmp(argv[2], "ranges"));
+  else if (!strcmp(m, "exit_blocks")) t_exit_blocks();
   else if (!strcmp(m, "pack_idle")) t_pack_idle();
   else FAILF("unknown mode %s", m);
   printf("purge %s: ok\n", m);
