@@ -44,8 +44,8 @@ int hm_os_purge(void *p, size_t len) {
 
 /* process_madvise(2) on the calling process (PIDFD_SELF), which takes any
  * advice there since Linux 6.13: the ranges of many blocks in one system
- * call (counted as one madvise). Elsewhere (older kernels, seccomp) it
- * fails at once, and is not tried again. */
+ * call (counted as one madvise). Elsewhere (older kernels) it fails at
+ * once, and is not tried again; under a seccomp filter it is not tried. */
 #ifndef SYS_process_madvise
 #define SYS_process_madvise 440
 #endif
@@ -56,9 +56,32 @@ bool hm_os_purge_ranges_ok(void) {
   return hm_opt[HM_OPT_PURGE_RANGES] != 0 && atomic_load_explicit(&ranges_state, memory_order_relaxed) >= 0;
 }
 
+/* Under a seccomp filter (mode 2 in /proc/self/status) a system call the
+ * filter does not know may kill the process instead of failing (systemd's
+ * SystemCallFilter= does so by default): process_madvise is not tried
+ * there. Read with open/read: no allocation. */
+static bool seccomp_filtered(void) {
+  char buf[4096];
+  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true; /* (cannot tell: the safe answer) */
+  ssize_t got = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (got <= 0) return true;
+  buf[got] = '\0';
+  const char *k = strstr(buf, "Seccomp:");
+  if (k == NULL) return false; /* a kernel without seccomp */
+  k += 8;
+  while (*k == ' ' || *k == '\t') k++;
+  return *k != '0';
+}
+
 long hm_os_purge_ranges(const struct iovec *v, unsigned n) {
   if (n == 0) return 0;
   if (!hm_os_purge_ranges_ok() || n > HM_OS_RANGES_MAX) return -1;
+  if (atomic_load_explicit(&ranges_state, memory_order_relaxed) == 0 && seccomp_filtered()) {
+    atomic_store(&ranges_state, -1);
+    return -1;
+  }
   long r = syscall(SYS_process_madvise, PIDFD_SELF_, v, (size_t)n, MADV_DONTNEED, 0u);
   if (r < 0) {
     if (atomic_load_explicit(&ranges_state, memory_order_relaxed) == 0) atomic_store(&ranges_state, -1);

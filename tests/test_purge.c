@@ -53,6 +53,10 @@
  *              their first page resident, the live ones all five, and the
  *              blocks work when taken again (skipped where the kernel's
  *              process_madvise cannot advise the calling process)
+ *   ranges_seccomp HAKMEM_PURGE_DELAY_MS=60000: under a seccomp filter that
+ *              kills the process on process_madvise (as systemd's
+ *              SystemCallFilter= does with calls it does not list), the
+ *              exit_shared scenario completes with plain madvise calls
  *   pack_idle  free pages of a pack in use, idle while the large lane stays
  *              busy next to them, go back within a second or two, within
  *              20 calls a second */
@@ -63,7 +67,11 @@
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdbool.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <sys/wait.h>
@@ -976,6 +984,34 @@ static bool ranges_supported(void) {
   return syscall(SYS_process_madvise, -10000, (void *)NULL, (size_t)0, MADV_DONTNEED, 0u) == 0;
 }
 
+static void t_ranges_seccomp(void) {
+#if defined(__x86_64__)
+  if (!ranges_supported()) {
+    printf("ranges_seccomp: process_madvise cannot advise this process (Linux 6.13): skipped\n");
+    exit(77);
+  }
+  struct sock_filter f[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0xc000003e /* AUDIT_ARCH_X86_64 */, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_madvise, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {(unsigned short)(sizeof f / sizeof f[0]), f};
+  CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "no_new_privs: %s", strerror(errno));
+  if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+    printf("ranges_seccomp: no seccomp filter here (%s): skipped\n", strerror(errno));
+    exit(77);
+  }
+  t_exit_shared(false); /* killed by SIGSYS if hakmem tries process_madvise */
+#else
+  printf("ranges_seccomp: the filter is written for x86-64: skipped\n");
+  exit(77);
+#endif
+}
+
 enum { EB_N = 64, EB_SIZE = 20 * 1024 };
 static char *eb_blocks[EB_N];
 
@@ -1097,6 +1133,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(m, "exit_now")) t_exit_now();
   else if (!strcmp(m, "exit_shared")) t_exit_shared(argc > 2 && !strcmp(argv[2], "ranges"));
   else if (!strcmp(m, "exit_blocks")) t_exit_blocks();
+  else if (!strcmp(m, "ranges_seccomp")) t_ranges_seccomp();
   else if (!strcmp(m, "pack_idle")) t_pack_idle();
   else FAILF("unknown mode %s", m);
   printf("purge %s: ok\n", m);
