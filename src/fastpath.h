@@ -72,15 +72,11 @@ HM_INLINE void hm_free_trading(uintptr_t id, const heap_t *owner, superslab_t *s
 /* free: the unit map names the slab (0: not a SuperSlab's unit), the
  * SuperSlab is found by masking. */
 HM_INLINE void hm_free(void *p) {
-  uintptr_t u = (uintptr_t)p >> SS_UNIT_SHIFT;
-  uintptr_t e;
-  if (likely(u < HM_PEEK(hm_unit_map_n) && (e = HM_PEEK(HM_PEEK(hm_unit_map)[u])) != 0)) {
+  uintptr_t e = hm_unit_entry(p);
+  if (likely(e != 0)) {
     superslab_t *ss = hm_ss_of(p);
-    /* (one scaled entry for both arrays, the + 1 in the displacements: the
-     * addresses fold into the loads) */
-    enum { K = sizeof(slab_shape_t) / HM_UNIT_MUL, R = sizeof(slab_t) / sizeof(slab_shape_t) };
-    slab_t *s = (slab_t *)((char *)ss + (offsetof(superslab_t, slabs) - K * R) + e * (K * R));
-    const slab_shape_t *sh = (const slab_shape_t *)((const char *)ss + (offsetof(superslab_t, shape) - K) + e * K);
+    slab_t *s = hm_unit_slab(ss, e);
+    const slab_shape_t *sh = hm_unit_shape(ss, e);
     uintptr_t id = hm_tls_free_id;
     /* The owner checks the block against the descriptor it writes anyway,
      * another thread against the shape (the descriptor's line stays with

@@ -402,13 +402,17 @@ static void put_bytes(buf_t *b, const void *s, size_t n) {
   memcpy(b->p + b->len, s, n);
   b->len += n;
 }
+/* An unchecked write into room reserved by the caller (put_varint,
+ * put_sample). */
+static uint8_t *raw_varint(uint8_t *p, uint64_t v) {
+  for (; v >= 0x80; v >>= 7) *p++ = (uint8_t)(v | 0x80);
+  *p++ = (uint8_t)v;
+  return p;
+}
 static void put_varint(buf_t *b, uint64_t v) {
   buf_reserve(b, 10);
   if (b->failed) return;
-  uint8_t *p = b->p + b->len;
-  for (; v >= 0x80; v >>= 7) *p++ = (uint8_t)(v | 0x80);
-  *p++ = (uint8_t)v;
-  b->len = (size_t)(p - b->p);
+  b->len = (size_t)(raw_varint(b->p + b->len, v) - b->p);
 }
 static void put_uint(buf_t *b, unsigned field, uint64_t v) { /* wire type 0 */
   put_varint(b, (uint64_t)field << 3);
@@ -590,11 +594,6 @@ static void put_stack(dump_t *d, const site_t *s) {
 }
 
 /* Unchecked writes into room reserved by the caller (put_sample). */
-static uint8_t *raw_varint(uint8_t *p, uint64_t v) {
-  for (; v >= 0x80; v >>= 7) *p++ = (uint8_t)(v | 0x80);
-  *p++ = (uint8_t)v;
-  return p;
-}
 static uint8_t *raw_len(uint8_t *p, unsigned field, const uint8_t *s, size_t n) {
   *p++ = (uint8_t)(field << 3 | 2);
   p = raw_varint(p, n);

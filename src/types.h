@@ -291,6 +291,21 @@ HM_INLINE superslab_t *hm_ss_of(const void *p) {
   return (superslab_t *)((uintptr_t)p & ~SS_MASK);
 }
 HM_INLINE uint32_t hm_ss_offset(const void *p) { return (uint32_t)((uintptr_t)p & SS_MASK); }
+/* free's and malloc_usable_size's lookup: p's unit-map entry (its slab's
+ * unit_slab entry + 1; 0: p lies in no set-up SuperSlab), then the slab's
+ * descriptor and shape in p's SuperSlab, one scaled entry for both arrays
+ * (the + 1 in the displacements: the addresses fold into the loads). */
+HM_INLINE uintptr_t hm_unit_entry(const void *p) {
+  uintptr_t u = (uintptr_t)p >> SS_UNIT_SHIFT;
+  return __builtin_expect(u < HM_PEEK(hm_unit_map_n), 1) ? HM_PEEK(HM_PEEK(hm_unit_map)[u]) : 0;
+}
+enum { HM_UNIT_K = sizeof(slab_shape_t) / HM_UNIT_MUL, HM_UNIT_R = sizeof(slab_t) / sizeof(slab_shape_t) };
+HM_INLINE slab_t *hm_unit_slab(superslab_t *ss, uintptr_t e) {
+  return (slab_t *)((char *)ss + (offsetof(superslab_t, slabs) - HM_UNIT_K * HM_UNIT_R) + e * (HM_UNIT_K * HM_UNIT_R));
+}
+HM_INLINE const slab_shape_t *hm_unit_shape(const superslab_t *ss, uintptr_t e) {
+  return (const slab_shape_t *)((const char *)ss + (offsetof(superslab_t, shape) - HM_UNIT_K) + e * HM_UNIT_K);
+}
 HM_INLINE slab_t *hm_slab_of(superslab_t *ss, const void *p) {
   return &ss->slabs[hm_ss_offset(p) >> ss->slab_shift];
 }

@@ -13,13 +13,12 @@
 HM_HIDDEN size_t hm_usable_slow(void *p);          /* alloc.c */
 
 HM_INLINE size_t hm_usable(void *p) {
-  uintptr_t a = (uintptr_t)p, u = a >> SS_UNIT_SHIFT, e;
-  if (likely(u < HM_PEEK(hm_unit_map_n) && (e = HM_PEEK(HM_PEEK(hm_unit_map)[u])) != 0)) {
+  uintptr_t a = (uintptr_t)p, e = hm_unit_entry(p);
+  if (likely(e != 0)) {
     superslab_t *ss = hm_ss_of(p);
     /* the slab and its shape, as hm_free finds them */
-    enum { K = sizeof(slab_shape_t) / HM_UNIT_MUL, R = sizeof(slab_t) / sizeof(slab_shape_t) };
-    const slab_t *s = (const slab_t *)((const char *)ss + (offsetof(superslab_t, slabs) - K * R) + e * (K * R));
-    const slab_shape_t *sh = (const slab_shape_t *)((const char *)ss + (offsetof(superslab_t, shape) - K) + e * K);
+    const slab_t *s = hm_unit_slab(ss, e);
+    const slab_shape_t *sh = hm_unit_shape(ss, e);
     if (likely(hm_slab_holds(sh, p) && ((const uintptr_t *)p)[1] != hm_free_tag_of(s))) return sh->block_size;
   } else {
     size_t u = hm_large_usable_live(p, hm_reg_kind(a));
