@@ -28,8 +28,7 @@
 static const uint8_t kind_shift[NUM_KINDS] = {16, 19, 21}; /* 64 KiB, 512 KiB, 2 MiB */
 
 slab_t hm_empty_slab;
-heap_t hm_empty_heap = {.direct = {[0 ... DIRECT_MAX / 16] = &hm_empty_slab},
-                         .cur = {[0 ... NUM_CLASSES - 1] = &hm_empty_slab}};
+heap_t hm_empty_heap = {.cur = {[0 ... NUM_CLASSES - 1] = &hm_empty_slab}};
 _Static_assert(offsetof(heap_t, fc_stand_in) + sizeof(slab_t) <= UINT16_MAX, "foreign cache offsets fit fc_off");
 /* fc_off: offsets from a trading thread's free id, its heap's address + 1
  * (hm_free_trading adds it to the id it has in a register). */
@@ -41,6 +40,8 @@ HM_INLINE uint16_t fc_offset(unsigned c) { return (uint16_t)(offsetof(heap_t, fo
  * never on the list malloc pops (docs/DESIGN.md, "Sampling"). */
 static uintptr_t fc_idle_id(const heap_t *h) { return (uintptr_t)h + hm_sample_active; }
 __thread heap_t *hm_tls_heap __attribute__((tls_model("initial-exec"))) = &hm_empty_heap;
+__thread slab_t *hm_tls_direct[DIRECT_MAX / 16 + 1] __attribute__((tls_model("initial-exec"))) = {
+    [0 ... DIRECT_MAX / 16] = &hm_empty_slab};
 __thread uintptr_t hm_tls_free_id __attribute__((tls_model("initial-exec"))) = (uintptr_t)&hm_empty_heap;
 
 static pthread_mutex_t heap_lock = PTHREAD_MUTEX_INITIALIZER; /* pool and abandoned lists */
@@ -55,10 +56,11 @@ static pthread_key_t heap_key;             /* its destructor runs at thread exit
 static uint8_t direct_gran[NUM_CLASSES + 1];
 
 /* Make s the current slab of class c, in cur[] and, for a class of direct sizes, in
- * every direct[] granule of that class. */
+ * every hm_tls_direct[] granule of that class. h: the calling thread's heap
+ * (or the one it is giving up, hm_heap_thread_exit). */
 static void heap_set_cur(heap_t *h, unsigned c, slab_t *s) {
   h->cur[c] = s;
-  for (unsigned g = direct_gran[c], end = direct_gran[c + 1]; g < end; g++) h->direct[g] = s;
+  for (unsigned g = direct_gran[c], end = direct_gran[c + 1]; g < end; g++) hm_tls_direct[g] = s;
 }
 
 /* ---- lists ------------------------------------------------------------- */
@@ -1006,7 +1008,7 @@ void *hm_alloc_class(unsigned c) {
   }
   uint32_t bs = hm_class_size[c];
   /* (the fast path's pop: heap_alloc takes a list, charged, once cur's is empty) */
-  if (bs <= MEDIUM_MAX) return hm_slab_pop(h, h->cur[c], bs);
+  if (bs <= MEDIUM_MAX) return hm_slab_pop(h->cur[c], bs);
   if (unlikely(hm_sample_any)) { /* (big classes: charged per call) */
     unsigned fired = hm_sample_one(bs);
     if (fired != 0) return hm_sample_serve(fired, bs, 0, bs);
