@@ -3,7 +3,7 @@
  * (HAKMEM_FOREIGN_CACHE_KB), and go back to their owner past the budget and
  * at thread exit.
  *
- *   test_foreign_cache reuse [ROUNDS]|cap|off|newest|idle
+ *   test_foreign_cache reuse [ROUNDS]|cap|off|newest
  * reuse: B frees A's blocks, then B's mallocs get exactly those blocks, and
  *        again for ROUNDS rounds (default 1; 400 rounds hand out more than
  *        2^16 blocks of the class from B's cache, past where a 16-bit count
@@ -15,10 +15,6 @@
  *        B's next malloc, whether it is A's or B's own (A has cached one of
  *        B's blocks, so B's slab names B's cache): the newest block, still
  *        in the core's cache, is used again first.
- * idle:  A waits for B (no malloc); B frees A's blocks, then makes many
- *        slow mallocs of its own: its mallocs stop getting A's blocks
- *        (HAKMEM_FOREIGN_IDLE_CALLS, docs/DESIGN.md "Threads"), which go
- *        back to A, and A gets them all after B exits.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -102,40 +98,6 @@ static void *newest_thread(void *arg) {
   return NULL;
 }
 
-/* B's mallocs of SIZE that are blocks of A's, over 2N mallocs (freed
- * after): past N, the cache has run dry, so the next round's mallocs
- * come to the cache through the slow path. */
-static int count_reused(void) {
-  void *mine[2 * N];
-  int n = 0;
-  for (int i = 0; i < 2 * N; i++) {
-    if ((mine[i] = malloc(SIZE)) == NULL) fail("malloc in thread B");
-    n += in_set(mine[i]);
-  }
-  for (int i = 0; i < 2 * N; i++) free(mine[i]);
-  return n;
-}
-
-static void *idle_thread(void *arg) {
-  (void)arg;
-  for (int i = 0; i < N; i++) free(blocks[i]);
-  if (count_reused() == 0) fail("idle: thread B's mallocs did not come from its cache at first");
-  /* many slow mallocs of B's own (blocks of 4 KiB: a few carved at a time) */
-  enum { BIG = 2048 };
-  static void *big[BIG];
-  for (int i = 0; i < BIG; i++)
-    if ((big[i] = malloc(4096)) == NULL) fail("malloc in thread B");
-  for (int i = 0; i < BIG; i++) free(big[i]);
-  int last = 0;
-  for (int r = 0; r < 8; r++) last = count_reused();
-  if (last != 0) {
-    fprintf(stderr, "FAIL [foreign_cache]: idle: thread B still handed out %d blocks of A's, which has made no "
-                    "malloc since\n", last);
-    exit(1);
-  }
-  return NULL;
-}
-
 /* A allocates N blocks again; how many are blocks B freed? */
 static int count_back(void) {
   void *again[N];
@@ -169,12 +131,7 @@ int main(int argc, char **argv) {
     printf("foreign_cache newest: OK\n");
     return 0;
   }
-  if (strcmp(mode, "idle") == 0) {
-    if (pthread_create(&t, NULL, idle_thread, NULL) != 0) fail("pthread_create");
-    pthread_join(t, NULL);
-    back = count_back();
-    min_back = N;
-  } else if (strcmp(mode, "reuse") == 0) {
+  if (strcmp(mode, "reuse") == 0) {
     if (argc > 2 && (rounds = atoi(argv[2])) < 1) fail("ROUNDS must be a positive number");
     if (pthread_create(&t, NULL, reuse_thread, NULL) != 0) fail("pthread_create");
     pthread_join(t, NULL);
