@@ -749,56 +749,6 @@ static void *foreign_pop(heap_t *h, unsigned c) {
   return hm_block_handout(f, b, f->free);
 }
 
-static uint32_t foreign_send_back(block_t *b);
-
-/* Idle owners (docs/DESIGN.md, "Threads"): a thread that frees the blocks
- * of an owner that no longer allocates (larson's thread that started its
- * successor and waits to exit, a thread asleep) would hand them out and
- * free them again for as long as it lives, every free of theirs another
- * thread's, so trading. The cache's first block names the owner; when the
- * owner made no slow malloc while this thread made HAKMEM_FOREIGN_IDLE_CALLS,
- * the cache goes back instead of serving, and so do this thread's later
- * frees of that owner's blocks until it allocates again (peer_idle). */
-static int peer_find(const heap_t *h, const heap_t *o) {
-  for (int i = 0; i < 4; i++)
-    if (h->peers[i].owner == o) return i;
-  return -1;
-}
-
-static bool peer_idle(const heap_t *h, const heap_t *o) {
-  int i = peer_find(h, o);
-  return i >= 0 && h->peers[i].idle &&
-         h->peers[i].calls == atomic_load_explicit(&o->slow_calls, memory_order_relaxed);
-}
-
-static bool foreign_declined(heap_t *h, unsigned c) {
-  uint32_t limit = (uint32_t)hm_opt[HM_OPT_FOREIGN_IDLE_CALLS];
-  if (limit == 0) return false;
-  slab_t *f = &h->foreign[c];
-  const heap_t *o = atomic_load_explicit(&hm_ss_of(f->free)->owner, memory_order_relaxed);
-  if (o == NULL) return false; /* (exited: its blocks are sent back as freed) */
-  uint32_t calls = atomic_load_explicit(&o->slow_calls, memory_order_relaxed);
-  uint32_t mine = atomic_load_explicit(&h->slow_calls, memory_order_relaxed);
-  int i = peer_find(h, o);
-  if (i < 0) {
-    i = (int)(h->peer_next++ % 4);
-    h->peers[i].owner = o;
-    h->peers[i].calls = calls + 1; /* (differs: recorded below) */
-  }
-  if (h->peers[i].calls != calls) {
-    h->peers[i].calls = calls;
-    h->peers[i].since = mine;
-    h->peers[i].idle = 0;
-    return false;
-  }
-  if (mine - h->peers[i].since < limit) return false;
-  h->peers[i].idle = 1;
-  f->used = (uint16_t)(f->used + foreign_send_back(f->free));
-  f->free = NULL;
-  hm_tls_free_id = (uintptr_t)h; /* trading ends; the next free of an active owner's block resumes it */
-  return true;
-}
-
 /* Has class c free blocks outside its current slab: a listed slab's freed
  * ones, a sparse slab, the spare, the foreign cache? (Called only when the
  * current slab's lists are empty: computed before, it cost every call.) */
@@ -810,9 +760,6 @@ static bool freed_elsewhere(const heap_t *h, unsigned c) {
 
 static void *heap_alloc(heap_t *h, unsigned c) {
   slab_t *s = h->cur[c];
-  /* (read by threads holding this heap's blocks: foreign_declined) */
-  atomic_store_explicit(&h->slow_calls, atomic_load_explicit(&h->slow_calls, memory_order_relaxed) + 1,
-                        memory_order_relaxed);
   /* cur[c] still names s, which has nothing left (listed, FULL or the dry
    * foreign cache): set to the empty slab only where something between may
    * look (and not at all when the next slab follows at once: for a direct
@@ -822,7 +769,7 @@ static void *heap_alloc(heap_t *h, unsigned c) {
     if (s->in_use == SLAB_FOREIGN) {
       /* the cache ran dry (the fast path saw both lists empty; while the
        * profiler is on, s serves and the cache's frees may refill it) */
-      if (s->free != NULL || (h->foreign[c].free != NULL && !foreign_declined(h, c))) return foreign_pop(h, c);
+      if (s->free != NULL || h->foreign[c].free != NULL) return foreign_pop(h, c);
       s->own_id = (uintptr_t)h; /* the next slab follows */
       stale = true;
     } else if (s != &hm_empty_slab) {
@@ -850,7 +797,7 @@ static void *heap_alloc(heap_t *h, unsigned c) {
       heap_process_pending(h);
     }
     /* Cached blocks of other threads first: they are memory in use already. */
-    if (h->foreign[c].free != NULL && !foreign_declined(h, c)) return foreign_pop(h, c);
+    if (h->foreign[c].free != NULL) return foreign_pop(h, c);
     while ((s = h->avail[c]) != NULL && slab_is_sparse(s)) {
       if (stale) heap_set_cur(h, c, &hm_empty_slab); /* (releasing may free SuperSlabs) */
       stale = false;
@@ -940,8 +887,6 @@ static void heap_reset(heap_t *h) {
   memset(h->emptied_cur, 0, sizeof h->emptied_cur);
   memset(h->spare, 0, sizeof h->spare);
   atomic_store(&h->pending_hint, 0);
-  memset(h->peers, 0, sizeof h->peers);
-  h->peer_next = 0;
   h->next_free = NULL;
 }
 
@@ -1185,10 +1130,6 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
       return;
     }
     h = created;
-  }
-  if (unlikely(peer_idle(h, atomic_load_explicit(&ss->owner, memory_order_relaxed)))) {
-    free_to_slab(h, ss, b);
-    return;
   }
   /* h is this thread's heap. (Not while profiling with no foreign cache:
    * the thread's own frees would go back one atomic push each, fc_idle_id.) */

@@ -421,17 +421,6 @@ typedef struct heap {
   uint32_t big_countdown;          /* big mallocs until the clock is read */
   uint32_t big_looks;              /* looks so far: the stamp in free blocks */
   uint64_t big_due_ns;             /* next look; 0: not started */
-  /* Idle owners (heap.c, "idle owners"; docs/DESIGN.md, "Threads"): this
-   * heap's slow mallocs, counted by its thread and read by others; and the
-   * owners whose blocks this thread's foreign caches held last, each with
-   * its count when it last moved and this heap's count then. */
-  _Atomic uint32_t slow_calls;
-  uint32_t peer_next;
-  struct {
-    const struct heap *owner;
-    uint32_t calls, since;
-    uint32_t idle; /* its blocks go straight back while calls stays */
-  } peers[4];
   struct heap *next_free;          /* heap pool */
   struct heap *all_next;           /* every heap ever made (the resident breakdown's foreign caches) */
   /* While the profiler is on, each foreign cache serves from here, its list
