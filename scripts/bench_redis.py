@@ -27,7 +27,7 @@ malloc and malloc_usable_size to the intended library.
 Skips with a note (exit 0) when redis-server or redis-benchmark is missing
 (Debian: apt-get install redis-server redis-tools).
 
-  python3 scripts/bench_redis.py --build build [--runs N] [--quick] [--allocators a,b]
+  python3 scripts/bench_redis.py --build build [--runs N] [--quick] [--allocators a,b] [--extra NAME=LIB]
 """
 
 import argparse
@@ -186,6 +186,9 @@ def main():
     ap.add_argument("--no-peer-build", action="store_true")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per redis-benchmark run")
     ap.add_argument("--out", default=os.path.join(bench.REPO, "results"))
+    ap.add_argument("--extra", action="append", default=[], metavar="NAME=LIB",
+                    help="one more column preloading LIB (an A/B of two hakmem builds: hakmem-base=old/libhakmem.so);"
+                         " not a peer; repeatable")
     args = ap.parse_args()
 
     server, cli, benchmark = (shutil.which(p) for p in ("redis-server", "redis-cli", "redis-benchmark"))
@@ -198,6 +201,13 @@ def main():
     wanted = [a.strip() for a in args.allocators.split(",") if a.strip()] or \
         [a for a in bench.ALLOCATOR_ORDER if a != "hakmem-libc"]
     allocs, notes = bench.discover_allocators(build, wanted, not args.no_peer_build)
+    extra = set()
+    for e in args.extra:
+        name, _, lib = e.partition("=")
+        if not name or not os.path.exists(lib):
+            ap.error("--extra %s: NAME=LIB, LIB an existing library" % e)
+        allocs.append((name, {"LD_PRELOAD": os.path.abspath(lib)}, os.path.abspath(lib) + " (--extra)"))
+        extra.add(name)
     libc = bench.find_system_lib(["libc.so.6"])
     checked = []
     for name, env, desc in allocs:
@@ -255,7 +265,8 @@ def main():
                          "rps_median": {t: statistics.median(r["rps"][t] for r in ok if t in r["rps"])
                                         for t in tests},
                          "errors": [r["error"] for r in runs if not r["ok"]]}
-    peers = [(s["cpu_median"], n) for n, s in summary.items() if n not in bench.NOT_PEERS and "cpu_median" in s]
+    peers = [(s["cpu_median"], n) for n, s in summary.items() if n not in bench.NOT_PEERS and n not in extra
+             and "cpu_median" in s]
     best = min(peers) if peers else None
     rows = []
     for name, _, _ in allocs:
