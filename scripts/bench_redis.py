@@ -14,9 +14,11 @@ before and just after; lower is better), with the server's peak RSS
 (VmHWM) and redis-benchmark's requests per second beside it.  Runs are
 interleaved (A B C ... A B C ...), RUNS times (default 3); medians are
 reported, and each allocator's CPU time over the best peer's (every
-allocator but hakmem and hakmem-libc).  Each server is checked to have the
-allocator's library mapped, and is shut down (SIGKILL if it does not stop)
-before the next starts.
+allocator but hakmem, hakmem-libc and --extra columns): the medians' ratio,
+and the median over rounds of each run's ratio to that round's best peer
+(paired: on a shared machine the load drifts between rounds).  Each
+server is checked to have the allocator's library mapped, and is shut down
+(SIGKILL if it does not stop) before the next starts.
 
 Debian's redis-server is linked with libjemalloc, which supplies malloc when
 nothing is preloaded; so the glibc column preloads libc.so.6 itself (which
@@ -268,23 +270,33 @@ def main():
     peers = [(s["cpu_median"], n) for n, s in summary.items() if n not in bench.NOT_PEERS and n not in extra
              and "cpu_median" in s]
     best = min(peers) if peers else None
+    # Paired: each run over the best peer's in the same round (the load drifts
+    # between rounds on a shared machine; within one it hits all alike).
+    peer_names = [n for _, n in peers]
+    round_best = [min((raw[n][i]["cpu"] for n in peer_names if raw[n][i]["ok"]), default=None)
+                  for i in range(args.runs)]
     rows = []
     for name, _, _ in allocs:
         s = summary[name]
         if "cpu_median" not in s:
-            rows.append([name, "FAIL", "-", "-", "-", "-", "-"])
+            rows.append([name, "FAIL", "-", "-", "-", "-", "-", "-"])
             continue
         if best:
             s["x_best_peer"] = s["cpu_median"] / best[0]
+        paired = [r["cpu"] / b for r, b in zip(raw[name], round_best) if r["ok"] and b]
+        if paired:
+            s["x_round_best_peer_median"] = statistics.median(paired)
         rows.append([name, "%.2f" % s["cpu_median"], "%.2f" % s["cpu_min"], "%.2f" % s["cpu_max"],
-                     "%.2fx" % s["x_best_peer"] if best else "-", "%.1f" % s["peak_rss_mb"],
+                     "%.2fx" % s["x_best_peer"] if best else "-",
+                     "%.2fx" % s["x_round_best_peer_median"] if paired else "-", "%.1f" % s["peak_rss_mb"],
                      " ".join("%s %.0fk" % (t, v / 1e3) for t, v in s["rps_median"].items())])
-    hdr = ["allocator", "server CPU s", "min", "max", "x best peer", "peak RSS MB", "requests/s (median)"]
+    hdr = ["allocator", "server CPU s", "min", "max", "x best peer", "x round's best", "peak RSS MB",
+           "requests/s (median)"]
     widths = [max(len(str(x)) for x in col) for col in zip(hdr, *rows)]
     log("")
     log("redis-server CPU seconds under the load (median of %d; lower is better; best peer: %s)"
         % (args.runs, best[1] if best else "-"))
-    fmt = lambda cells: "  ".join(c.ljust(w) if i in (0, 6) else c.rjust(w)  # noqa: E731
+    fmt = lambda cells: "  ".join(c.ljust(w) if i in (0, 7) else c.rjust(w)  # noqa: E731
                                   for i, (c, w) in enumerate(zip(cells, widths)))
     log(fmt(hdr))
     log("-" * len(fmt(hdr)))
