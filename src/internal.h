@@ -76,6 +76,7 @@ HM_HIDDEN int hm_os_purge(void *p, size_t len);
 struct iovec;
 HM_HIDDEN long hm_os_purge_ranges(const struct iovec *v, unsigned n);
 HM_HIDDEN bool hm_os_purge_ranges_ok(void);
+HM_HIDDEN bool hm_os_ranges_work(void); /* it has worked: no seccomp filter, Linux 6.13 */
 HM_HIDDEN void *hm_os_remap(void *p, size_t old_len, size_t new_len, bool may_move);
 /* Move the pages of [p, p+len) to a new mapping, leaving [p, p+len) mapped
  * and empty (it reads zeros); NULL if the OS refused (MREMAP_DONTUNMAP,

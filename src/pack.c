@@ -35,6 +35,7 @@
 
 #define PACK_PAGES (SS_SIZE / HM_PAGE_SIZE)   /* 512; page 0 is the header */
 #define PACK_WORDS (PACK_PAGES / 64)
+#define PACK_MAX_PAGES (HM_PACK_MAX / HM_PAGE_SIZE) /* 256: a block's pages at most */
 #define PACK_SLOTS 4096                     /* packs at most (8 GiB); then spans */
 #define PURGE_BATCH 64                      /* runs given back per step and lock hold */
 #define EMPTY_IDLE_FACTOR 8                 /* an empty pack's idle time, in purge idle times */
@@ -231,6 +232,7 @@ static unsigned slot_of(const pack_t *p) {
   return lo;
 }
 
+static void idle_probe_arm(const pack_t *p, unsigned s, unsigned k, uint64_t now);
 static void idle_regret(const pack_t *p, uint64_t now);
 
 /* ---- the lowest pack that fits (lock held) ------------------------------------ */
@@ -302,6 +304,7 @@ static void renumber(unsigned i) {
  * left pages long. Returns whether its pages were all clean (read as
  * zeros). */
 static bool place(pack_t *p, unsigned s, unsigned k, unsigned left, uint64_t now) {
+  idle_probe_arm(p, s, k, now);
   unsigned dirty = take_pages(p, s, k, true);
   p->start[s >> 6] |= (uint64_t)1 << (s & 63);
   p->pages[s] = (uint16_t)k;
@@ -317,20 +320,82 @@ static bool place(pack_t *p, unsigned s, unsigned k, unsigned left, uint64_t now
 
 /* ---- the idle pages of packs in use: their own regret ------------------------- */
 
-/* hm_pack_purge_idle's age is the purge delay times 2^idle_shift: pages it
- * gave back and a block wanted again within 16 ages double it (once per
- * age at most, up to 64 times); 64 ages without regret halve it. Its own,
- * not policy.c's back-off: a working set that churns through the packs'
- * free pages should not slow the idle return of everything else. */
+/* hm_pack_purge_idle's age is the purge delay times 2^idle_shift. Regret
+ * is pages it gave back that a block took again within 16 ages and wrote:
+ * it doubles the age (at most once per age, up to 64 times); 64 ages
+ * without regret halve it. Where the kernel's process_madvise has worked
+ * (hm_os_ranges_work: no seccomp filter), the first block since the last
+ * look to take 8 such pages or more, not counting its first and last (a
+ * header and an end say nothing), is probed at the next look (mincore):
+ * regret if half of them are resident; and 8 ages without regret halve
+ * the age (a look sees one block: a stray write must not hold it long). So a block written here and there
+ * does not slow the return of the pages it leaves alone (DESIGN.md,
+ * "Memory given back"). Elsewhere every block that takes such pages is
+ * regret. Its own, not policy.c's back-off: a working set that churns
+ * through the packs' free pages should not slow the idle return of
+ * everything else. */
 #define IDLE_SHIFT_MAX 6
 static unsigned idle_shift;
 static uint64_t idle_age_ns = 100000000u, idle_regret_ns; /* (lock held) */
+/* The probe: the first block since the last look to take PROBE_MIN pages
+ * or more given back within 16 ages, and which of its pages were clean. */
+#define PROBE_MIN 8
+static struct {
+  char *at;
+  unsigned pages;
+  uint64_t clean[PACK_MAX_PAGES / 64];
+} idle_probe; /* (lock held) */
 
-static void idle_regret(const pack_t *p, uint64_t now) {
-  if (p->idle_purged_ns == 0 || now - p->idle_purged_ns >= 16 * idle_age_ns) return;
+static bool idle_recent(const pack_t *p, uint64_t now) {
+  return p->idle_purged_ns != 0 && now - p->idle_purged_ns < 16 * idle_age_ns;
+}
+
+static void idle_regret_now(uint64_t now) {
   if (idle_regret_ns != 0 && now - idle_regret_ns < idle_age_ns) return;
   idle_regret_ns = now;
   if (idle_shift < IDLE_SHIFT_MAX) idle_shift++;
+}
+
+/* Pages [s, s+k) of p are about to be taken by a block: the probe, if none. */
+static void idle_probe_arm(const pack_t *p, unsigned s, unsigned k, uint64_t now) {
+  if (idle_probe.at != NULL || k > PACK_MAX_PAGES || !idle_recent(p, now) || !hm_os_ranges_work()) return;
+  idle_probe.at = page_addr((pack_t *)p, s);
+  idle_probe.pages = k;
+  for (unsigned w = 0; w < PACK_MAX_PAGES / 64; w++) {
+    unsigned i = s + 64 * w, n = k > 64 * w ? k - 64 * w : 0;
+    uint64_t v = 0;
+    if (n != 0) { /* dirty bits [i, i+64) of p, as one word */
+      v = p->dirty[i >> 6] >> (i & 63);
+      if ((i & 63) != 0 && (i >> 6) + 1 < PACK_WORDS) v |= p->dirty[(i >> 6) + 1] << (64 - (i & 63));
+      v = ~v & (n >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << n) - 1);
+    }
+    idle_probe.clean[w] = v;
+  }
+  /* not its first and last pages: a header and an end say nothing */
+  idle_probe.clean[0] &= ~(uint64_t)1;
+  idle_probe.clean[(k - 1) / 64] &= ~((uint64_t)1 << ((k - 1) % 64));
+  unsigned clean = 0;
+  for (unsigned w = 0; w < PACK_MAX_PAGES / 64; w++) clean += (unsigned)__builtin_popcountll(idle_probe.clean[w]);
+  if (clean < PROBE_MIN) idle_probe.at = NULL; /* (too few to tell) */
+}
+
+/* A block took clean pages of p. */
+static void idle_regret(const pack_t *p, uint64_t now) {
+  if (idle_recent(p, now) && !hm_os_ranges_work()) idle_regret_now(now);
+}
+
+/* At a look: were the probe's clean pages written (half of them or more)? */
+static void idle_regret_look(uint64_t now) {
+  if (idle_probe.at == NULL) return;
+  uint64_t res[PACK_MAX_PAGES / 64] = {0};
+  unsigned clean = 0, written = 0;
+  hm_os_resident_bits(-1, idle_probe.at, idle_probe.pages, res); /* (mincore; none if it fails) */
+  for (unsigned w = 0; w < PACK_MAX_PAGES / 64; w++) {
+    clean += (unsigned)__builtin_popcountll(idle_probe.clean[w]);
+    written += (unsigned)__builtin_popcountll(idle_probe.clean[w] & res[w]);
+  }
+  if (clean != 0 && 2 * written >= clean) idle_regret_now(now);
+  idle_probe.at = NULL;
 }
 
 /* ---- packs from the span cache ------------------------------------------------ */
@@ -514,6 +579,7 @@ bool hm_pack_resize(void *p, size_t n) {
     unsigned end = bits_next(pk->used, s + old, true);
     done = end >= s + k; /* (end <= PACK_PAGES) */
     if (done) {
+      idle_probe_arm(pk, s + old, k - old, now);
       unsigned dirty = take_pages(pk, s + old, k - old, true);
       pk->pages[s] = (uint16_t)k;
       if (dirty < k - old) {
@@ -578,7 +644,7 @@ static size_t purge_runs(run_t *r, unsigned n, uint64_t now, int why, bool one_b
   size_t bytes = 0;
   bool ok[PURGE_BATCH], tried = false;
   unsigned c = 0;
-  if (n > 1 && hm_os_purge_ranges_ok()) {
+  if (hm_os_purge_ranges_ok()) { /* (one range too: the kernel's support is then known, hm_os_ranges_work) */
     struct iovec v[PURGE_BATCH];
     for (unsigned i = 0; i < n; i++) v[i] = (struct iovec){page_addr(r[i].pk, r[i].s), (size_t)r[i].k * HM_PAGE_SIZE};
     long got = hm_os_purge_ranges(v, n);
@@ -690,7 +756,7 @@ static unsigned claim_longest(bool idle, unsigned max, unsigned min_len, run_t *
 size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, unsigned *calls, uint64_t *next_due) {
   *calls = 0;
   hm_mutex_lock(&pack_lock);
-  if (idle_shift != 0 && now - idle_regret_ns > 64 * idle_age_ns) {
+  if (idle_shift != 0 && now - idle_regret_ns > (hm_os_ranges_work() ? 8u : 64u) * idle_age_ns) {
     idle_shift--;
     idle_regret_ns = now;
   }
@@ -702,8 +768,10 @@ size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, uns
     return 0;
   }
   last_look_ns = now;
+  idle_regret_look(now);
   run_t best[PURGE_BATCH];
-  unsigned n = claim_longest(true, max_calls, IDLE_RUN_MIN, best);
+  bool batch = hm_os_purge_ranges_ok();
+  unsigned n = claim_longest(true, batch ? PURGE_BATCH : max_calls, batch ? 1 : IDLE_RUN_MIN, best);
   bool any_left = false;
   for (unsigned i = 0; i < npacks; i++) {
     pack_t *pk = packs[i];
@@ -711,8 +779,7 @@ size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, uns
   }
   hm_mutex_unlock(&pack_lock);
   if (any_left && now + age_ns < *next_due) *next_due = now + age_ns;
-  *calls = n; /* (charged a run each, batched or not: what goes back, and when, stays the budget's) */
-  return n != 0 ? purge_runs(best, n, now, RUN_IDLE, true, NULL) : 0;
+  return n != 0 ? purge_runs(best, n, now, RUN_IDLE, true, calls) : 0;
 }
 
 /* A thread's exit: the longest free runs, max_calls calls' worth: a run a
@@ -746,6 +813,7 @@ size_t hm_pack_release(void) {
     for (unsigned i = 0; i < npacks && empty == NULL; i++) {
       if (packs[i]->free_pages != PACK_PAGES - 1) continue;
       empty = packs[i];
+      if (idle_probe.at != NULL && hm_ss_of(idle_probe.at) == (void *)empty) idle_probe.at = NULL;
       memmove(&packs[i], &packs[i + 1], (npacks - i - 1) * sizeof packs[0]);
       memmove(&longest[i], &longest[i + 1], (npacks - i - 1) * sizeof longest[0]);
       npacks--;
