@@ -373,11 +373,13 @@ static bool pack_insert(pack_t *p) {
  * CACHE_DEPTH slots for its length, for the next request of that length
  * (docs/DESIGN.md, "Packs"): no lock, no clock, two atomics a side. It
  * stays a block of its pack meanwhile, its length marked CACHED (a second
- * free, usable size and realloc see a freed block). Every purge step, a
- * thread's exit and malloc_trim put the cached blocks back into their
- * packs (pack_cache_drain); the first free into the cache after a drain
- * makes a step due. At most CACHE_DEPTH * (1 + ... + CACHE_PAGES) pages
- * (1 MiB) wait. */
+ * free, usable size and realloc see a freed block). A purge step marks
+ * the blocks it finds cached (bit 0 of the slot) and puts those it finds
+ * marked, cached since the step before, back into their packs; a thread's
+ * exit purge, malloc_trim and the RSS limit put all back
+ * (pack_cache_drain). The first free into the cache after a step makes
+ * a step due. At most CACHE_DEPTH * (1 + ... + CACHE_PAGES) pages (1 MiB)
+ * wait. */
 #define CACHE_PAGES 16
 #define CACHE_DEPTH 2
 #define CACHED 0x8000u /* in pages[]: the block waits in the cache */
@@ -391,7 +393,7 @@ static uint16_t pages_load(const pack_t *pk, unsigned s) { return __atomic_load_
 HM_INLINE void *cache_take(unsigned k) {
   for (unsigned d = 0; d < CACHE_DEPTH; d++) {
     if (atomic_load_explicit(&cache[k][d], memory_order_relaxed) == NULL) continue;
-    char *b = atomic_exchange(&cache[k][d], NULL);
+    char *b = (char *)((uintptr_t)atomic_exchange(&cache[k][d], NULL) & ~(uintptr_t)1); /* (marked or not) */
     if (b == NULL) continue;
     pack_t *pk = (pack_t *)hm_ss_of(b);
     __atomic_store_n(&pk->pages[((uintptr_t)b - (uintptr_t)pk) / HM_PAGE_SIZE], (uint16_t)k, __ATOMIC_RELAXED);
@@ -426,17 +428,26 @@ HM_INLINE int cache_put(pack_t *pk, unsigned s, uint16_t k) {
 
 static unsigned release_block(pack_t *pk, unsigned s);
 
-/* Every cached block back into its pack, free (lock not held). */
-static void pack_cache_drain(void) {
+/* The cached blocks marked by the last call (all: every one) back into
+ * their packs, free; the others marked (lock not held). Returns whether
+ * some stay cached. */
+static bool pack_cache_drain(bool all) {
   void *got[(CACHE_PAGES + 1) * CACHE_DEPTH];
   unsigned n = 0;
+  bool left = false;
   atomic_store(&cache_armed, false);
   for (unsigned k = 1; k <= CACHE_PAGES; k++)
-    for (unsigned d = 0; d < CACHE_DEPTH; d++)
-      if (atomic_load_explicit(&cache[k][d], memory_order_relaxed) != NULL &&
-          (got[n] = atomic_exchange(&cache[k][d], NULL)) != NULL)
-        n++;
-  if (n == 0) return;
+    for (unsigned d = 0; d < CACHE_DEPTH; d++) {
+      uintptr_t v = (uintptr_t)atomic_load_explicit(&cache[k][d], memory_order_relaxed);
+      if (v == 0) continue;
+      if (all || (v & 1)) {
+        if ((v = (uintptr_t)atomic_exchange(&cache[k][d], NULL)) != 0) got[n++] = (void *)(v & ~(uintptr_t)1);
+      } else {
+        void *expect = (void *)v;
+        left |= atomic_compare_exchange_strong(&cache[k][d], &expect, (void *)(v | 1)); /* (else taken meanwhile) */
+      }
+    }
+  if (n == 0) return left;
   hm_mutex_lock(&pack_lock);
   for (unsigned i = 0; i < n; i++) {
     pack_t *pk = (pack_t *)hm_ss_of(got[i]);
@@ -445,6 +456,7 @@ static void pack_cache_drain(void) {
     release_block(pk, s);
   }
   hm_mutex_unlock(&pack_lock);
+  return left;
 }
 
 /* ---- the lane's entry points -------------------------------------------------- */
@@ -594,7 +606,10 @@ static size_t pack_free_locked(pack_t *pk, void *p) {
   }
   unsigned k = release_block(pk, s);
   hm_mutex_unlock(&pack_lock);
-  hm_purge_unused_now(now); /* (not eager: counts a purge skipped, or schedules a step) */
+  /* (not eager: counts a purge skipped, or schedules a step; at every
+   * free, not once a step as the cache does: it also starts the background
+   * purger once enough lies unused, test purge_exit_shared) */
+  hm_purge_unused_now(now);
   return (size_t)k * HM_PAGE_SIZE;
 }
 
@@ -723,7 +738,11 @@ static size_t purge_runs(run_t *r, unsigned n, uint64_t now, int why, bool one_b
 size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due) {
   size_t bytes = 0;
   run_t runs[PURGE_BATCH];
-  pack_cache_drain();
+  /* (a step: what was cached at the last one; the limit: all) */
+  if (pack_cache_drain(min_idle_ns == 0)) {
+    uint64_t again = now + hm_purge_delay_now();
+    if (again < *next_due) *next_due = again;
+  }
   for (;;) {
     hm_mutex_lock(&pack_lock);
     /* As for cached spans (hm_large_purge): an idle purge of all free
@@ -832,7 +851,7 @@ size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, uns
 size_t hm_pack_purge_longest(unsigned max_calls, unsigned *calls) {
   size_t bytes = 0;
   *calls = 0;
-  pack_cache_drain();
+  pack_cache_drain(true);
   while (*calls < max_calls) {
     run_t best[PURGE_BATCH];
     bool batch = hm_os_purge_ranges_ok();
@@ -850,7 +869,7 @@ size_t hm_pack_purge_longest(unsigned max_calls, unsigned *calls) {
 
 size_t hm_pack_release(void) {
   uint64_t due = UINT64_MAX;
-  pack_cache_drain(); /* (hm_pack_purge does too, unless purging is off) */
+  pack_cache_drain(true);
   size_t bytes = hm_purge_mode == PURGE_OFF ? 0 : hm_pack_purge(hm_now_ns(), 0, SIZE_MAX, &due);
   /* empty packs go back to the span cache (which the caller then unmaps) */
   for (;;) {
