@@ -21,10 +21,10 @@
  *             live ones go back at malloc_trim (a slab's would not)
  *   cache     a freed block of up to 16 pages waits for the next request
  *             of its length (taken without an OS call); a second free of
- *             it and malloc_usable_size on it are reported; a purge step,
- *             a thread's exit purge and malloc_trim put it back into its
- *             pack, and the first free into the cache after that makes a
- *             step due
+ *             it and malloc_usable_size on it are reported; a purge step
+ *             (the one after the step that found it cached), a thread's
+ *             exit purge and malloc_trim put it back into its pack, and
+ *             the first free into the cache after a step makes one due
  *   cache_idle (HAKMEM_BG_PURGE=on) freed blocks left in the cache go
  *             back by themselves while the program makes no call
  *   order     every block lands where a model of the policy (the lowest
@@ -466,6 +466,20 @@ static void test_cache(void) {
   CHECK(resident(b, n) == n / PG, "the cached block is not resident");
   CHECK(hm_pack_purge(hm_now_ns(), 0, 64u << 20, &due) >= n, "the step gave back less than the cached block");
   CHECK(resident(b, n) == 0, "%zu pages of the cached block still resident after a step", resident(b, n));
+  /* a step puts back only what it found cached at the step before */
+  hm_tick_countdown = 1u << 30; /* (no step from this thread's own calls meanwhile) */
+  size_t fd0 = hm_pack_free_dirty();
+  char *e = malloc(n);
+  memset(e, 4, n);
+  free(e);
+  due = UINT64_MAX;
+  hm_pack_purge(hm_now_ns(), 60ull * 1000 * 1000 * 1000, 64u << 20, &due);
+  CHECK(hm_pack_free_dirty() == fd0, "a step put back a block cached since the step before");
+  CHECK(due <= hm_now_ns() + hm_purge_delay_now(), "no step due for the block left cached");
+  hm_pack_purge(hm_now_ns(), 60ull * 1000 * 1000 * 1000, 64u << 20, &due);
+  CHECK(hm_pack_free_dirty() == fd0 + n, "the next step did not put it back (%zu free dirty bytes, expected %zu)",
+        hm_pack_free_dirty(), fd0 + n);
+  hm_tick_countdown = 1;
   /* the first free into the cache after that makes a step due */
   atomic_store(&hm_purge_due_ns, UINT64_MAX);
   char *c = malloc(n);
