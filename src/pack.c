@@ -386,6 +386,7 @@ static bool pack_insert(pack_t *p) {
 
 static _Atomic(void *) cache[CACHE_PAGES + 1][CACHE_DEPTH];
 static _Atomic bool cache_armed; /* a step is due since the last drain */
+static _Atomic bool cache_taken; /* a block was taken since the last step (the lane is busy) */
 
 static uint16_t pages_load(const pack_t *pk, unsigned s) { return __atomic_load_n(&pk->pages[s], __ATOMIC_RELAXED); }
 
@@ -397,6 +398,8 @@ HM_INLINE void *cache_take(unsigned k) {
     if (b == NULL) continue;
     pack_t *pk = (pack_t *)hm_ss_of(b);
     __atomic_store_n(&pk->pages[((uintptr_t)b - (uintptr_t)pk) / HM_PAGE_SIZE], (uint16_t)k, __ATOMIC_RELAXED);
+    if (!atomic_load_explicit(&cache_taken, memory_order_relaxed)) /* (no store, no line moved, while set) */
+      atomic_store_explicit(&cache_taken, true, memory_order_relaxed);
     return b;
   }
   return NULL;
@@ -743,8 +746,10 @@ size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t
     uint64_t again = now + hm_purge_delay_now();
     if (again < *next_due) *next_due = again;
   }
+  bool taken = atomic_exchange_explicit(&cache_taken, false, memory_order_relaxed);
   for (;;) {
     hm_mutex_lock(&pack_lock);
+    if (taken && now > last_alloc_ns) last_alloc_ns = now; /* (requests the cache served) */
     /* As for cached spans (hm_large_purge): an idle purge of all free
      * pages waits until no block was asked for that long either. A random
      * working set of large blocks leaves the free pages of its deepest

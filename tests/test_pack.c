@@ -24,7 +24,9 @@
  *             it and malloc_usable_size on it are reported; a purge step
  *             (the one after the step that found it cached), a thread's
  *             exit purge and malloc_trim put it back into its pack, and
- *             the first free into the cache after a step makes one due
+ *             the first free into the cache after a step makes one due;
+ *             a block taken from it counts as a request (the packs' free
+ *             pages are not idle then)
  *   cache_idle (HAKMEM_BG_PURGE=on) freed blocks left in the cache go
  *             back by themselves while the program makes no call
  *   order     every block lands where a model of the policy (the lowest
@@ -466,8 +468,22 @@ static void test_cache(void) {
   CHECK(resident(b, n) == n / PG, "the cached block is not resident");
   CHECK(hm_pack_purge(hm_now_ns(), 0, 64u << 20, &due) >= n, "the step gave back less than the cached block");
   CHECK(resident(b, n) == 0, "%zu pages of the cached block still resident after a step", resident(b, n));
-  /* a step puts back only what it found cached at the step before */
   hm_tick_countdown = 1u << 30; /* (no step from this thread's own calls meanwhile) */
+  /* a block taken from the cache is a request: the packs' free pages are
+   * not given back as idle while the cache serves the lane */
+  char *x = malloc(600 * KiB), *y = malloc(n);
+  memset(x, 5, 600 * KiB);
+  memset(y, 5, n);
+  free(x); /* (free pages, resident) */
+  free(y);
+  usleep(100000); /* (the last request through the lock: longer ago than the idle time below) */
+  char *z = malloc(n);
+  CHECK(z == y, "the cached block was not taken");
+  due = UINT64_MAX;
+  CHECK(hm_pack_purge(hm_now_ns(), 50ull * 1000 * 1000, 64u << 20, &due) == 0,
+        "a step gave back free pages as idle while the cache served requests");
+  free(z);
+  /* a step puts back only what it found cached at the step before */
   size_t fd0 = hm_pack_free_dirty();
   char *e = malloc(n);
   memset(e, 4, n);
