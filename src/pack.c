@@ -378,8 +378,9 @@ static bool pack_insert(pack_t *p) {
  * marked, cached since the step before, back into their packs; a thread's
  * exit purge, malloc_trim and the RSS limit put all back
  * (pack_cache_drain). The first free into the cache after a step makes
- * a step due. At most CACHE_DEPTH * (1 + ... + CACHE_PAGES) pages (1 MiB)
- * wait. */
+ * a step due; a block taken from it is a request of the lane's for the
+ * idle purge (hm_pack_purge). At most CACHE_DEPTH * (1 + ... +
+ * CACHE_PAGES) pages (1 MiB) wait. */
 #define CACHE_PAGES 16
 #define CACHE_DEPTH 2
 #define CACHED 0x8000u /* in pages[]: the block waits in the cache */
