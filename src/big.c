@@ -217,7 +217,7 @@ void *hm_malloc_big(size_t n) {
     s->local_free = NULL;
     s->free = insert_by_address(s, head, l);
   }
-  block_t *b = hm_slab_pop(h, s, n);
+  block_t *b = hm_slab_pop(s, n);
   if (b != NULL) {
     if (stamp_get(b) != 0) *stamp_of(b) = 0; /* (a slab taken again keeps its old stamps) */
     h = hm_tls_heap;                          /* (the slow path may have made the thread's heap) */

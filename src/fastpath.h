@@ -9,9 +9,8 @@
 /* (Not written as hm_malloc_small behind a POOL_MAX test: testing DIRECT_MAX
  * first saves direct sizes a compare and a branch.) */
 HM_INLINE void *hm_malloc(size_t n) {
-  heap_t *h = hm_tls_heap;
-  if (likely(n <= DIRECT_MAX)) return hm_slab_pop(h, h->direct[(n + 15) >> 4], n);
-  if (likely(n <= HM_PACK_MIN)) return hm_slab_pop(h, h->cur[hm_medium_class_of(n)], n);
+  if (likely(n <= DIRECT_MAX)) return hm_slab_pop(hm_tls_direct[(n + 15) >> 4], n);
+  if (likely(n <= HM_PACK_MIN)) return hm_slab_pop(hm_tls_heap->cur[hm_medium_class_of(n)], n);
   return hm_alloc_above(n, false);
 }
 

@@ -28,8 +28,7 @@
 static const uint8_t kind_shift[NUM_KINDS] = {16, 19, 21}; /* 64 KiB, 512 KiB, 2 MiB */
 
 slab_t hm_empty_slab;
-heap_t hm_empty_heap = {.direct = {[0 ... DIRECT_MAX / 16] = &hm_empty_slab},
-                         .cur = {[0 ... NUM_CLASSES - 1] = &hm_empty_slab}};
+heap_t hm_empty_heap = {.cur = {[0 ... NUM_CLASSES - 1] = &hm_empty_slab}};
 _Static_assert(offsetof(heap_t, fc_stand_in) + sizeof(slab_t) <= UINT16_MAX, "foreign cache offsets fit fc_off");
 /* fc_off: offsets from a trading thread's free id, its heap's address + 1
  * (hm_free_trading adds it to the id it has in a register). */
@@ -41,6 +40,8 @@ HM_INLINE uint16_t fc_offset(unsigned c) { return (uint16_t)(offsetof(heap_t, fo
  * never on the list malloc pops (docs/DESIGN.md, "Sampling"). */
 static uintptr_t fc_idle_id(const heap_t *h) { return (uintptr_t)h + hm_sample_active; }
 __thread heap_t *hm_tls_heap __attribute__((tls_model("initial-exec"))) = &hm_empty_heap;
+__thread slab_t *hm_tls_direct[HM_DIRECT_SINK + 1] __attribute__((tls_model("initial-exec"))) = {
+    [0 ... HM_DIRECT_SINK] = &hm_empty_slab};
 __thread uintptr_t hm_tls_free_id __attribute__((tls_model("initial-exec"))) = (uintptr_t)&hm_empty_heap;
 
 static pthread_mutex_t heap_lock = PTHREAD_MUTEX_INITIALIZER; /* pool and abandoned lists */
@@ -49,16 +50,22 @@ static heap_t *heap_pool;                  /* heaps of exited threads, for reuse
 static superslab_t *abandoned[NUM_KINDS];  /* SuperSlabs of exited threads */
 static pthread_key_t heap_key;             /* its destructor runs at thread exit */
 
-/* The direct[] granules of each class: [direct_gran[c], direct_gran[c + 1])
- * for a class of direct sizes c, an empty range for the others (set up at start-up
- * from hm_direct_class). */
-static uint8_t direct_gran[NUM_CLASSES + 1];
+/* The hm_tls_direct[] granules of each class, four slots (a class of direct
+ * sizes has 1, 2 or 4 granules: its last repeats; any other class: the
+ * sink, HM_DIRECT_SINK), set up at start-up from hm_direct_class: four
+ * stores and no loop for heap_set_cur. */
+enum { HM_DIRECT_SPAN = 4 };
+_Static_assert(DIRECT_MAX <= 1024, "8 classes per power of two: at most 4 granules a class up to 1 KiB");
+static uint8_t direct_gran[NUM_CLASSES][HM_DIRECT_SPAN];
 
 /* Make s the current slab of class c, in cur[] and, for a class of direct sizes, in
- * every direct[] granule of that class. */
+ * every hm_tls_direct[] granule of that class. h: the calling thread's heap
+ * (or the one it is giving up, hm_heap_thread_exit). */
 static void heap_set_cur(heap_t *h, unsigned c, slab_t *s) {
   h->cur[c] = s;
-  for (unsigned g = direct_gran[c], end = direct_gran[c + 1]; g < end; g++) h->direct[g] = s;
+  const uint8_t *g = direct_gran[c];
+  slab_t **d = hm_tls_direct;
+  d[g[0]] = s, d[g[1]] = s, d[g[2]] = s, d[g[3]] = s;
 }
 
 /* ---- lists ------------------------------------------------------------- */
@@ -843,10 +850,14 @@ static void heap_key_destructor(void *v) {
 }
 
 void hm_heap_process_init(void) {
-  unsigned g = DIRECT_MAX / 16 + 1;
-  for (unsigned c = NUM_CLASSES + 1; c-- > 0;) { /* a class's first granule; past the direct ones, the end */
-    while (g > 0 && c < NUM_CLASSES && hm_direct_class[g - 1] == c) g--;
-    direct_gran[c] = (uint8_t)g;
+  for (unsigned c = 0; c < NUM_CLASSES; c++) {
+    unsigned k = 0;
+    for (unsigned g = 0; g <= DIRECT_MAX / 16; g++)
+      if (hm_direct_class[g] == c) {
+        if (k == HM_DIRECT_SPAN) hm_fatal("internal check failed", NULL, "a direct class of more than 4 granules");
+        direct_gran[c][k++] = (uint8_t)g;
+      }
+    for (unsigned i = k; i < HM_DIRECT_SPAN; i++) direct_gran[c][i] = k ? direct_gran[c][k - 1] : HM_DIRECT_SINK;
   }
   pthread_key_create(&heap_key, heap_key_destructor);
 }
@@ -1006,7 +1017,7 @@ void *hm_alloc_class(unsigned c) {
   }
   uint32_t bs = hm_class_size[c];
   /* (the fast path's pop: heap_alloc takes a list, charged, once cur's is empty) */
-  if (bs <= MEDIUM_MAX) return hm_slab_pop(h, h->cur[c], bs);
+  if (bs <= MEDIUM_MAX) return hm_slab_pop(h->cur[c], bs);
   if (unlikely(hm_sample_any)) { /* (big classes: charged per call) */
     unsigned fired = hm_sample_one(bs);
     if (fired != 0) return hm_sample_serve(fired, bs, 0, bs);

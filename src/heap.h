@@ -19,13 +19,15 @@ spent:
 #endif
 }
 
-/* Pop a block of s; when its free list is empty, take the owner's frees
- * (local_free) as the new free list right here, the commonest refill; the
- * slow path does the rest. */
-HM_INLINE void *hm_slab_pop(heap_t *h, slab_t *s, size_t n) {
+/* Pop a block of s, a slab of the calling thread's heap; when its free
+ * list is empty, take the owner's frees (local_free) as the new free list
+ * right here, the commonest refill; the slow path does the rest. (The heap
+ * is loaded there only: a direct size's malloc does not need it.) */
+HM_INLINE void *hm_slab_pop(slab_t *s, size_t n) {
   block_t *b = s->free;
   if (unlikely(!hm_head_ok(s, b))) { /* hardening: b != NULL (secure: and not damaged) */
     if (b != NULL || !hm_head_ok(s, b = s->local_free)) return hm_alloc_slow(n, s);
+    heap_t *h = hm_tls_heap;
     /* (sampling: the list charged; spent, or exact, the slow path: sample.h) */
     if (unlikely(hm_sample_charge(&h->sample_left[s->cls], (int64_t)s->carved - (int64_t)s->used))) return hm_sample_swap(h, s, n);
     s->local_free = NULL;
@@ -37,15 +39,14 @@ HM_INLINE void *hm_slab_pop(heap_t *h, slab_t *s, size_t n) {
   s->free = next;
   __builtin_prefetch(next); /* the next pop reads its link: start the load now */
   s->used++;
-  HM_STAT_ADD(h, alloc[s->cls], 1);
+  HM_STAT_ADD(hm_tls_heap, alloc[s->cls], 1);
   return hm_block_handout(s, b, next); /* hardening: clears the free tag (secure: checks) */
 }
 
 /* malloc for n <= POOL_MAX: pop the current slab's free list. */
 HM_INLINE void *hm_malloc_small(size_t n) {
-  heap_t *h = hm_tls_heap;
-  if (likely(n <= DIRECT_MAX)) return hm_slab_pop(h, h->direct[(n + 15) >> 4], n);
-  if (likely(n <= MEDIUM_MAX)) return hm_slab_pop(h, h->cur[hm_medium_class_of(n)], n);
+  if (likely(n <= DIRECT_MAX)) return hm_slab_pop(hm_tls_direct[(n + 15) >> 4], n);
+  if (likely(n <= MEDIUM_MAX)) return hm_slab_pop(hm_tls_heap->cur[hm_medium_class_of(n)], n);
   return hm_malloc_big(n);
 }
 

@@ -252,6 +252,13 @@ HM_HIDDEN void hm_backend_fork_child(void);
 extern HM_HIDDEN heap_t hm_empty_heap;   /* every class points at hm_empty_slab */
 extern HM_HIDDEN slab_t hm_empty_slab;
 extern HM_HIDDEN __thread heap_t *hm_tls_heap __attribute__((tls_model("initial-exec")));
+/* cur[] of the class of each 16-byte granule up to DIRECT_MAX, for the
+ * thread's heap (hm_empty_slab while it has none): malloc of a direct size
+ * indexes it without the class lookup, and in the TLS block itself, without
+ * loading the heap's address first (docs/DESIGN.md, "Fast paths"). Only the
+ * thread writes it (heap.c, heap_set_cur). */
+#define HM_DIRECT_SINK (DIRECT_MAX / 16 + 1) /* (written, never read: heap.c, heap_set_cur) */
+extern HM_HIDDEN __thread slab_t *hm_tls_direct[HM_DIRECT_SINK + 1] __attribute__((tls_model("initial-exec")));
 /* The thread's heap as free compares it with a SuperSlab's owner, bit 0
  * set once the thread has cached another thread's block (it "trades":
  * hm_free_trading; set by hm_free_foreign, the profiler on or off), so

@@ -45,7 +45,7 @@
 #define SS_MAX_SLABS 32
 #define HM_PAGE_SIZE 4096
 
-#define DIRECT_MAX 1024                   /* direct sizes: malloc indexes heap->direct[] */
+#define DIRECT_MAX 1024                   /* direct sizes: malloc indexes hm_tls_direct[] */
 /* The Pool limit: the largest size served from slabs; above it, the large
  * lane (large.c). Chosen by measurement (docs/DESIGN.md, "Size classes and the pool limit"); 18, 19 or 20. */
 #ifndef HM_POOL_SHIFT
@@ -376,9 +376,8 @@ HM_INLINE void hm_stat_add(uint64_t *c, uint64_t n) {
 
 /* ---- thread heaps ------------------------------------------------------ */
 typedef struct heap {
-  /* cur[] of the class of each 16-byte granule up to DIRECT_MAX: malloc of a
-   * direct size indexes it directly, without the class lookup. */
-  slab_t *direct[DIRECT_MAX / 16 + 1];
+  /* (cur[] of each 16-byte granule up to DIRECT_MAX: hm_tls_direct, in the
+   * thread's own TLS, internal.h) */
   slab_t *cur[NUM_CLASSES];        /* slab serving allocations (never NULL) */
   /* Sampling's countdowns, per class (sample.h), charged a list's length as
    * the fast path swaps local_free in or heap_alloc installs a list: here,
