@@ -76,6 +76,7 @@ HM_HIDDEN int hm_os_purge(void *p, size_t len);
 struct iovec;
 HM_HIDDEN long hm_os_purge_ranges(const struct iovec *v, unsigned n);
 HM_HIDDEN bool hm_os_purge_ranges_ok(void);
+HM_HIDDEN bool hm_os_ranges_work(void); /* it has worked: no seccomp filter, Linux 6.13 */
 HM_HIDDEN void *hm_os_remap(void *p, size_t old_len, size_t new_len, bool may_move);
 /* Move the pages of [p, p+len) to a new mapping, leaving [p, p+len) mapped
  * and empty (it reads zeros); NULL if the OS refused (MREMAP_DONTUNMAP,
@@ -305,7 +306,10 @@ HM_HIDDEN size_t hm_big_collect(heap_t *h);
  * takes slabs. */
 #define HM_PACK_MIN ((size_t)32 << 10)
 _Static_assert(HM_PACK_MIN > DIRECT_MAX && HM_PACK_MIN <= MEDIUM_MAX, "the inline path's classes");
-HM_HIDDEN bool hm_pack_enabled(void);
+/* Packs on? (Not in secure mode: one block per span there.) */
+HM_INLINE bool hm_pack_enabled(void) {
+  return HM_GUARD_SIZE == 0 && hm_opt[HM_OPT_LARGE_PACK] != 0 && hm_opt[HM_OPT_LARGE_CACHE_MB] != 0;
+}
 HM_HIDDEN void *hm_pack_alloc(size_t n, bool zero);     /* NULL: use a span */
 HM_HIDDEN size_t hm_pack_usable(const void *p);          /* 0: not a live block's start */
 HM_HIDDEN size_t hm_pack_usable_live(const void *p);     /* the same without the lock (usable.h) */

@@ -893,11 +893,13 @@ static void *pack_alloc(size_t n, size_t align, bool zero) {
  * slabs, as they did before they were packed: a packed block that grows
  * must be copied or moved out, a pool block moved by realloc past 64 KiB
  * takes a span then, which grows in place. */
-bool hm_packs_pool_size(size_t n) {
+HM_INLINE bool packs_pool_size(size_t n) {
   hm_ensure_init(); /* (the options) */
   return n > (size_t)hm_opt[HM_OPT_PACK_MIN_KB] << 10 && n <= POOL_MAX && hm_pack_enabled() && !hm_force_libc &&
          !atomic_load_explicit(&window_spans, memory_order_relaxed);
 }
+
+bool hm_packs_pool_size(size_t n) { return packs_pool_size(n); }
 
 /* Pool sizes above HAKMEM_PACK_MIN_KB take pages from the packs, where
  * each free page can go back on its own (docs/DESIGN.md, "Packed pool
@@ -905,7 +907,7 @@ bool hm_packs_pool_size(size_t n) {
  * window, which is about the lane's own blocks.) */
 void *hm_alloc_above(size_t n, bool zero) {
   if (n > POOL_MAX) return zero ? hm_large_calloc(n) : hm_large_alloc(n, 0);
-  if (hm_packs_pool_size(n)) {
+  if (packs_pool_size(n)) {
     if (unlikely(hm_sample_any)) { /* charged per call, as large blocks are */
       unsigned fired = hm_sample_one(n);
       if (fired != 0) {

@@ -56,6 +56,8 @@ bool hm_os_purge_ranges_ok(void) {
   return hm_opt[HM_OPT_PURGE_RANGES] != 0 && atomic_load_explicit(&ranges_state, memory_order_relaxed) >= 0;
 }
 
+bool hm_os_ranges_work(void) { return atomic_load_explicit(&ranges_state, memory_order_relaxed) > 0; }
+
 /* Under a seccomp filter (mode 2 in /proc/self/status) a system call the
  * filter does not know may kill the process instead of failing (systemd's
  * SystemCallFilter= does so by default): process_madvise is not tried

@@ -35,6 +35,7 @@
 
 #define PACK_PAGES (SS_SIZE / HM_PAGE_SIZE)   /* 512; page 0 is the header */
 #define PACK_WORDS (PACK_PAGES / 64)
+#define PACK_MAX_PAGES (HM_PACK_MAX / HM_PAGE_SIZE) /* 256: a block's pages at most */
 #define PACK_SLOTS 4096                     /* packs at most (8 GiB); then spans */
 #define PURGE_BATCH 64                      /* runs given back per step and lock hold */
 #define EMPTY_IDLE_FACTOR 8                 /* an empty pack's idle time, in purge idle times */
@@ -231,6 +232,7 @@ static unsigned slot_of(const pack_t *p) {
   return lo;
 }
 
+static void idle_probe_arm(const pack_t *p, unsigned s, unsigned k, uint64_t now);
 static void idle_regret(const pack_t *p, uint64_t now);
 
 /* ---- the lowest pack that fits (lock held) ------------------------------------ */
@@ -302,6 +304,7 @@ static void renumber(unsigned i) {
  * left pages long. Returns whether its pages were all clean (read as
  * zeros). */
 static bool place(pack_t *p, unsigned s, unsigned k, unsigned left, uint64_t now) {
+  idle_probe_arm(p, s, k, now);
   unsigned dirty = take_pages(p, s, k, true);
   p->start[s >> 6] |= (uint64_t)1 << (s & 63);
   p->pages[s] = (uint16_t)k;
@@ -317,20 +320,82 @@ static bool place(pack_t *p, unsigned s, unsigned k, unsigned left, uint64_t now
 
 /* ---- the idle pages of packs in use: their own regret ------------------------- */
 
-/* hm_pack_purge_idle's age is the purge delay times 2^idle_shift: pages it
- * gave back and a block wanted again within 16 ages double it (once per
- * age at most, up to 64 times); 64 ages without regret halve it. Its own,
- * not policy.c's back-off: a working set that churns through the packs'
- * free pages should not slow the idle return of everything else. */
+/* hm_pack_purge_idle's age is the purge delay times 2^idle_shift. Regret
+ * is pages it gave back that a block took again within 16 ages and wrote:
+ * it doubles the age (at most once per age, up to 64 times); 64 ages
+ * without regret halve it. Where the kernel's process_madvise has worked
+ * (hm_os_ranges_work: no seccomp filter), the first block since the last
+ * look to take 8 such pages or more, not counting its first and last (a
+ * header and an end say nothing), is probed at the next look (mincore):
+ * regret if half of them are resident; and 8 ages without regret halve
+ * the age (a look sees one block: a stray write must not hold it long). So a block written here and there
+ * does not slow the return of the pages it leaves alone (DESIGN.md,
+ * "Memory given back"). Elsewhere every block that takes such pages is
+ * regret. Its own, not policy.c's back-off: a working set that churns
+ * through the packs' free pages should not slow the idle return of
+ * everything else. */
 #define IDLE_SHIFT_MAX 6
 static unsigned idle_shift;
 static uint64_t idle_age_ns = 100000000u, idle_regret_ns; /* (lock held) */
+/* The probe: the first block since the last look to take PROBE_MIN pages
+ * or more given back within 16 ages, and which of its pages were clean. */
+#define PROBE_MIN 8
+static struct {
+  char *at;
+  unsigned pages;
+  uint64_t clean[PACK_MAX_PAGES / 64];
+} idle_probe; /* (lock held) */
 
-static void idle_regret(const pack_t *p, uint64_t now) {
-  if (p->idle_purged_ns == 0 || now - p->idle_purged_ns >= 16 * idle_age_ns) return;
+static bool idle_recent(const pack_t *p, uint64_t now) {
+  return p->idle_purged_ns != 0 && now - p->idle_purged_ns < 16 * idle_age_ns;
+}
+
+static void idle_regret_now(uint64_t now) {
   if (idle_regret_ns != 0 && now - idle_regret_ns < idle_age_ns) return;
   idle_regret_ns = now;
   if (idle_shift < IDLE_SHIFT_MAX) idle_shift++;
+}
+
+/* Pages [s, s+k) of p are about to be taken by a block: the probe, if none. */
+static void idle_probe_arm(const pack_t *p, unsigned s, unsigned k, uint64_t now) {
+  if (idle_probe.at != NULL || k > PACK_MAX_PAGES || !idle_recent(p, now) || !hm_os_ranges_work()) return;
+  idle_probe.at = page_addr((pack_t *)p, s);
+  idle_probe.pages = k;
+  for (unsigned w = 0; w < PACK_MAX_PAGES / 64; w++) {
+    unsigned i = s + 64 * w, n = k > 64 * w ? k - 64 * w : 0;
+    uint64_t v = 0;
+    if (n != 0) { /* dirty bits [i, i+64) of p, as one word */
+      v = p->dirty[i >> 6] >> (i & 63);
+      if ((i & 63) != 0 && (i >> 6) + 1 < PACK_WORDS) v |= p->dirty[(i >> 6) + 1] << (64 - (i & 63));
+      v = ~v & (n >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << n) - 1);
+    }
+    idle_probe.clean[w] = v;
+  }
+  /* not its first and last pages: a header and an end say nothing */
+  idle_probe.clean[0] &= ~(uint64_t)1;
+  idle_probe.clean[(k - 1) / 64] &= ~((uint64_t)1 << ((k - 1) % 64));
+  unsigned clean = 0;
+  for (unsigned w = 0; w < PACK_MAX_PAGES / 64; w++) clean += (unsigned)__builtin_popcountll(idle_probe.clean[w]);
+  if (clean < PROBE_MIN) idle_probe.at = NULL; /* (too few to tell) */
+}
+
+/* A block took clean pages of p. */
+static void idle_regret(const pack_t *p, uint64_t now) {
+  if (idle_recent(p, now) && !hm_os_ranges_work()) idle_regret_now(now);
+}
+
+/* At a look: were the probe's clean pages written (half of them or more)? */
+static void idle_regret_look(uint64_t now) {
+  if (idle_probe.at == NULL) return;
+  uint64_t res[PACK_MAX_PAGES / 64] = {0};
+  unsigned clean = 0, written = 0;
+  hm_os_resident_bits(-1, idle_probe.at, idle_probe.pages, res); /* (mincore; none if it fails) */
+  for (unsigned w = 0; w < PACK_MAX_PAGES / 64; w++) {
+    clean += (unsigned)__builtin_popcountll(idle_probe.clean[w]);
+    written += (unsigned)__builtin_popcountll(idle_probe.clean[w] & res[w]);
+  }
+  if (clean != 0 && 2 * written >= clean) idle_regret_now(now);
+  idle_probe.at = NULL;
 }
 
 /* ---- packs from the span cache ------------------------------------------------ */
@@ -367,12 +432,122 @@ static bool pack_insert(pack_t *p) {
   return true;
 }
 
+/* ---- the cache of freed blocks ------------------------------------------------- */
+
+/* A freed block of up to CACHE_PAGES pages waits, in lazy mode, in one of
+ * CACHE_DEPTH slots for its length, for the next request of that length
+ * (docs/DESIGN.md, "Packs"): no lock, no clock, two atomics a side. It
+ * stays a block of its pack meanwhile, its length marked CACHED (a second
+ * free, usable size and realloc see a freed block). A purge step marks
+ * the blocks it finds cached (bit 0 of the slot) and puts those it finds
+ * marked, cached since the step before, back into their packs; a thread's
+ * exit purge, malloc_trim and the RSS limit put all back
+ * (pack_cache_drain). The first free into the cache after a step makes
+ * a step due; a block taken from it is a request of the lane's for the
+ * idle purge (hm_pack_purge). At most CACHE_DEPTH * (1 + ... +
+ * CACHE_PAGES) pages (1 MiB) wait. */
+#define CACHE_PAGES 16
+#define CACHE_DEPTH 2
+#define CACHED 0x8000u /* in pages[]: the block waits in the cache */
+
+static _Atomic(void *) cache[CACHE_PAGES + 1][CACHE_DEPTH];
+static _Atomic bool cache_armed; /* a step is due since the last drain */
+static _Atomic bool cache_taken; /* a block was taken since the last step (the lane is busy) */
+
+static uint16_t pages_load(const pack_t *pk, unsigned s) { return __atomic_load_n(&pk->pages[s], __ATOMIC_RELAXED); }
+
+/* A cached block of k pages (k <= CACHE_PAGES), live again; NULL if none. */
+HM_INLINE void *cache_take(unsigned k) {
+  for (unsigned d = 0; d < CACHE_DEPTH; d++) {
+    if (atomic_load_explicit(&cache[k][d], memory_order_relaxed) == NULL) continue;
+    char *b = (char *)((uintptr_t)atomic_exchange(&cache[k][d], NULL) & ~(uintptr_t)1); /* (marked or not) */
+    if (b == NULL) continue;
+    pack_t *pk = (pack_t *)hm_ss_of(b);
+    __atomic_store_n(&pk->pages[((uintptr_t)b - (uintptr_t)pk) / HM_PAGE_SIZE], (uint16_t)k, __ATOMIC_RELAXED);
+    if (!atomic_load_explicit(&cache_taken, memory_order_relaxed)) /* (no store, no line moved, while set) */
+      atomic_store_explicit(&cache_taken, true, memory_order_relaxed);
+    return b;
+  }
+  return NULL;
+}
+
+/* Cache the block at page s of pk (k pages, not yet marked): 1 if cached,
+ * 0 if the slots are full, -1 if it is not live (a second free racing). */
+HM_INLINE int cache_put(pack_t *pk, unsigned s, uint16_t k) {
+  uint16_t want = k;
+  if (!__atomic_compare_exchange_n(&pk->pages[s], &want, (uint16_t)(k | CACHED), false, __ATOMIC_RELAXED,
+                                   __ATOMIC_RELAXED))
+    return -1;
+  for (unsigned d = 0; d < CACHE_DEPTH; d++) {
+    void *none = NULL;
+    if (atomic_load_explicit(&cache[k][d], memory_order_relaxed) == NULL &&
+        atomic_compare_exchange_strong(&cache[k][d], &none, page_addr(pk, s))) {
+      /* (after the slot: a drain that cleared the flag before this load
+       * sees the block; one after it, the step made due here) */
+      if (!atomic_load(&cache_armed)) {
+        atomic_store(&cache_armed, true);
+        hm_purge_note_idle(hm_now_ns());
+      }
+      return 1;
+    }
+  }
+  __atomic_store_n(&pk->pages[s], k, __ATOMIC_RELAXED);
+  return 0;
+}
+
+static unsigned release_block(pack_t *pk, unsigned s);
+
+/* The cached blocks marked by the last call (all: every one) back into
+ * their packs, free; the others marked (lock not held). Returns whether
+ * some stay cached. */
+static bool pack_cache_drain(bool all) {
+  void *got[(CACHE_PAGES + 1) * CACHE_DEPTH];
+  unsigned n = 0;
+  bool left = false;
+  atomic_store(&cache_armed, false);
+  for (unsigned k = 1; k <= CACHE_PAGES; k++)
+    for (unsigned d = 0; d < CACHE_DEPTH; d++) {
+      uintptr_t v = (uintptr_t)atomic_load_explicit(&cache[k][d], memory_order_relaxed);
+      if (v == 0) continue;
+      if (all || (v & 1)) {
+        if ((v = (uintptr_t)atomic_exchange(&cache[k][d], NULL)) != 0) got[n++] = (void *)(v & ~(uintptr_t)1);
+      } else {
+        void *expect = (void *)v;
+        left |= atomic_compare_exchange_strong(&cache[k][d], &expect, (void *)(v | 1)); /* (else taken meanwhile) */
+      }
+    }
+  if (n == 0) return left;
+  hm_mutex_lock(&pack_lock);
+  for (unsigned i = 0; i < n; i++) {
+    pack_t *pk = (pack_t *)hm_ss_of(got[i]);
+    unsigned s = (unsigned)(((uintptr_t)got[i] - (uintptr_t)pk) / HM_PAGE_SIZE);
+    __atomic_store_n(&pk->pages[s], (uint16_t)(pk->pages[s] & ~CACHED), __ATOMIC_RELAXED);
+    release_block(pk, s);
+  }
+  hm_mutex_unlock(&pack_lock);
+  return left;
+}
+
 /* ---- the lane's entry points -------------------------------------------------- */
 
-bool hm_pack_enabled(void) { return hm_opt[HM_OPT_LARGE_PACK] != 0 && hm_opt[HM_OPT_LARGE_CACHE_MB] != 0; }
+static HM_NOINLINE void *pack_alloc_locked(size_t n, unsigned k, bool zero);
 
 void *hm_pack_alloc(size_t n, bool zero) {
   unsigned k = (unsigned)((n + HM_PAGE_SIZE - 1) / HM_PAGE_SIZE);
+  if (k <= CACHE_PAGES && hm_purge_mode == PURGE_LAZY) {
+    char *b = cache_take(k);
+    if (b != NULL) { /* (its pages are dirty) */
+      if (zero) memset(b, 0, n);
+#ifndef HAKMEM_NO_CHECKS
+      else ((uintptr_t *)b)[1] = 0; /* (as pack_alloc_locked) */
+#endif
+      return b;
+    }
+  }
+  return pack_alloc_locked(n, k, zero);
+}
+
+static void *pack_alloc_locked(size_t n, unsigned k, bool zero) {
   uint64_t now = hm_now_ns();
   pack_t *fresh = NULL;
   for (;;) {
@@ -414,7 +589,7 @@ static unsigned block_page(const pack_t *pk, const void *p) {
   uintptr_t off = (uintptr_t)p - (uintptr_t)pk;
   if ((off & (HM_PAGE_SIZE - 1)) != 0) return 0;
   unsigned s = (unsigned)(off / HM_PAGE_SIZE);
-  return s != 0 && bit(pk->start, s) ? s : 0;
+  return s != 0 && bit(pk->start, s) && !(pages_load(pk, s) & CACHED) ? s : 0;
 }
 
 static pack_t *pack_of(const void *p) { return (pack_t *)hm_ss_of(p); }
@@ -435,14 +610,16 @@ size_t hm_pack_usable_live(const void *p) {
   pack_t *pk = pack_of(p);
   uintptr_t off = (uintptr_t)p - (uintptr_t)pk;
   if ((off & (HM_PAGE_SIZE - 1)) != 0 || off == 0) return 0;
-  return (size_t)__atomic_load_n(&pk->pages[off / HM_PAGE_SIZE], __ATOMIC_RELAXED) * HM_PAGE_SIZE;
+  unsigned k = pages_load(pk, (unsigned)(off / HM_PAGE_SIZE));
+  return k & CACHED ? 0 : (size_t)k * HM_PAGE_SIZE;
 }
 
 bool hm_pack_is_freed(const void *p) {
   pack_t *pk = pack_of(p);
   uintptr_t off = (uintptr_t)p - (uintptr_t)pk;
   hm_mutex_lock(&pack_lock);
-  bool freed = (off & (HM_PAGE_SIZE - 1)) == 0 && bit(pk->freed, (unsigned)(off / HM_PAGE_SIZE));
+  unsigned s = (unsigned)(off / HM_PAGE_SIZE);
+  bool freed = (off & (HM_PAGE_SIZE - 1)) == 0 && (bit(pk->freed, s) || (bit(pk->start, s) && (pk->pages[s] & CACHED)));
   hm_mutex_unlock(&pack_lock);
   return freed;
 }
@@ -458,8 +635,22 @@ static unsigned release_block(pack_t *pk, unsigned s) {
   return k;
 }
 
+static HM_NOINLINE size_t pack_free_locked(pack_t *pk, void *p);
+
 size_t hm_pack_free(void *p) {
   pack_t *pk = pack_of(p);
+  uintptr_t off = (uintptr_t)p - (uintptr_t)pk;
+  if (hm_purge_mode == PURGE_LAZY && (off & (HM_PAGE_SIZE - 1)) == 0 && off != 0) {
+    uint16_t k = pages_load(pk, (unsigned)(off / HM_PAGE_SIZE));
+    if (k != 0 && k <= CACHE_PAGES) { /* (a cached block's k has CACHED: the lock's path reports it) */
+      int r = cache_put(pk, (unsigned)(off / HM_PAGE_SIZE), k);
+      if (r != 0) return r > 0 ? (size_t)k * HM_PAGE_SIZE : 0;
+    }
+  }
+  return pack_free_locked(pk, p);
+}
+
+static size_t pack_free_locked(pack_t *pk, void *p) {
   uint64_t now = hm_now_ns();
   hm_mutex_lock(&pack_lock);
   unsigned s = block_page(pk, p);
@@ -484,7 +675,10 @@ size_t hm_pack_free(void *p) {
   }
   unsigned k = release_block(pk, s);
   hm_mutex_unlock(&pack_lock);
-  hm_purge_unused_now(now); /* (not eager: counts a purge skipped, or schedules a step) */
+  /* (not eager: counts a purge skipped, or schedules a step; at every
+   * free, not once a step as the cache does: it also starts the background
+   * purger once enough lies unused, test purge_exit_shared) */
+  hm_purge_unused_now(now);
   return (size_t)k * HM_PAGE_SIZE;
 }
 
@@ -514,6 +708,7 @@ bool hm_pack_resize(void *p, size_t n) {
     unsigned end = bits_next(pk->used, s + old, true);
     done = end >= s + k; /* (end <= PACK_PAGES) */
     if (done) {
+      idle_probe_arm(pk, s + old, k - old, now);
       unsigned dirty = take_pages(pk, s + old, k - old, true);
       pk->pages[s] = (uint16_t)k;
       if (dirty < k - old) {
@@ -578,7 +773,7 @@ static size_t purge_runs(run_t *r, unsigned n, uint64_t now, int why, bool one_b
   size_t bytes = 0;
   bool ok[PURGE_BATCH], tried = false;
   unsigned c = 0;
-  if (n > 1 && hm_os_purge_ranges_ok()) {
+  if (hm_os_purge_ranges_ok()) { /* (one range too: the kernel's support is then known, hm_os_ranges_work) */
     struct iovec v[PURGE_BATCH];
     for (unsigned i = 0; i < n; i++) v[i] = (struct iovec){page_addr(r[i].pk, r[i].s), (size_t)r[i].k * HM_PAGE_SIZE};
     long got = hm_os_purge_ranges(v, n);
@@ -613,8 +808,15 @@ static size_t purge_runs(run_t *r, unsigned n, uint64_t now, int why, bool one_b
 size_t hm_pack_purge(uint64_t now, uint64_t min_idle_ns, size_t budget, uint64_t *next_due) {
   size_t bytes = 0;
   run_t runs[PURGE_BATCH];
+  /* (a step: what was cached at the last one; the limit: all) */
+  if (pack_cache_drain(min_idle_ns == 0)) {
+    uint64_t again = now + hm_purge_delay_now();
+    if (again < *next_due) *next_due = again;
+  }
+  bool taken = atomic_exchange_explicit(&cache_taken, false, memory_order_relaxed);
   for (;;) {
     hm_mutex_lock(&pack_lock);
+    if (taken && now > last_alloc_ns) last_alloc_ns = now; /* (requests the cache served) */
     /* As for cached spans (hm_large_purge): an idle purge of all free
      * pages waits until no block was asked for that long either. A random
      * working set of large blocks leaves the free pages of its deepest
@@ -690,7 +892,7 @@ static unsigned claim_longest(bool idle, unsigned max, unsigned min_len, run_t *
 size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, unsigned *calls, uint64_t *next_due) {
   *calls = 0;
   hm_mutex_lock(&pack_lock);
-  if (idle_shift != 0 && now - idle_regret_ns > 64 * idle_age_ns) {
+  if (idle_shift != 0 && now - idle_regret_ns > (hm_os_ranges_work() ? 8u : 64u) * idle_age_ns) {
     idle_shift--;
     idle_regret_ns = now;
   }
@@ -702,8 +904,10 @@ size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, uns
     return 0;
   }
   last_look_ns = now;
+  idle_regret_look(now);
   run_t best[PURGE_BATCH];
-  unsigned n = claim_longest(true, max_calls, IDLE_RUN_MIN, best);
+  bool batch = hm_os_purge_ranges_ok();
+  unsigned n = claim_longest(true, batch ? PURGE_BATCH : max_calls, batch ? 1 : IDLE_RUN_MIN, best);
   bool any_left = false;
   for (unsigned i = 0; i < npacks; i++) {
     pack_t *pk = packs[i];
@@ -711,8 +915,7 @@ size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, uns
   }
   hm_mutex_unlock(&pack_lock);
   if (any_left && now + age_ns < *next_due) *next_due = now + age_ns;
-  *calls = n; /* (charged a run each, batched or not: what goes back, and when, stays the budget's) */
-  return n != 0 ? purge_runs(best, n, now, RUN_IDLE, true, NULL) : 0;
+  return n != 0 ? purge_runs(best, n, now, RUN_IDLE, true, calls) : 0;
 }
 
 /* A thread's exit: the longest free runs, max_calls calls' worth: a run a
@@ -721,6 +924,7 @@ size_t hm_pack_purge_idle(uint64_t now, uint64_t age_ns, unsigned max_calls, uns
 size_t hm_pack_purge_longest(unsigned max_calls, unsigned *calls) {
   size_t bytes = 0;
   *calls = 0;
+  pack_cache_drain(true);
   while (*calls < max_calls) {
     run_t best[PURGE_BATCH];
     bool batch = hm_os_purge_ranges_ok();
@@ -738,6 +942,7 @@ size_t hm_pack_purge_longest(unsigned max_calls, unsigned *calls) {
 
 size_t hm_pack_release(void) {
   uint64_t due = UINT64_MAX;
+  pack_cache_drain(true);
   size_t bytes = hm_purge_mode == PURGE_OFF ? 0 : hm_pack_purge(hm_now_ns(), 0, SIZE_MAX, &due);
   /* empty packs go back to the span cache (which the caller then unmaps) */
   for (;;) {
@@ -746,6 +951,7 @@ size_t hm_pack_release(void) {
     for (unsigned i = 0; i < npacks && empty == NULL; i++) {
       if (packs[i]->free_pages != PACK_PAGES - 1) continue;
       empty = packs[i];
+      if (idle_probe.at != NULL && hm_ss_of(idle_probe.at) == (void *)empty) idle_probe.at = NULL;
       memmove(&packs[i], &packs[i + 1], (npacks - i - 1) * sizeof packs[0]);
       memmove(&longest[i], &longest[i + 1], (npacks - i - 1) * sizeof longest[0]);
       npacks--;
@@ -795,7 +1001,6 @@ void hm_pack_fork_child(void) { pthread_mutex_init(&pack_lock, NULL); }
 
 #else /* secure mode: one block per span */
 
-bool hm_pack_enabled(void) { return false; }
 void *hm_pack_alloc(size_t n, bool zero) { (void)n, (void)zero; return NULL; }
 size_t hm_pack_usable(const void *p) { (void)p; return 0; }
 size_t hm_pack_usable_live(const void *p) { (void)p; return 0; }

@@ -19,6 +19,16 @@
  *             malloc, calloc and realloc of 32 KiB + 1 to 256 KiB take
  *             pages, up to 32 KiB slabs; the pages of free blocks amid
  *             live ones go back at malloc_trim (a slab's would not)
+ *   cache     a freed block of up to 16 pages waits for the next request
+ *             of its length (taken without an OS call); a second free of
+ *             it and malloc_usable_size on it are reported; a purge step
+ *             (the one after the step that found it cached), a thread's
+ *             exit purge and malloc_trim put it back into its pack, and
+ *             the first free into the cache after a step makes one due;
+ *             a block taken from it counts as a request (the packs' free
+ *             pages are not idle then)
+ *   cache_idle (HAKMEM_BG_PURGE=on) freed blocks left in the cache go
+ *             back by themselves while the program makes no call
  *   order     every block lands where a model of the policy (the lowest
  *             pack, by address, with a free run that fits; the shortest
  *             such run there) puts it, through thousands of mallocs, frees,
@@ -32,7 +42,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 
 #include "hakmem.h"
 #include "internal.h" /* POOL_MAX, SS_SIZE, HM_PACK_MAX, hm_pack_purge */
@@ -412,6 +424,118 @@ static void test_order(void) {
   for (unsigned i = 0; i < SLOTS; i++) free(blk[i]);
 }
 
+/* In a child: misuse(p) on a cached block p; it must die of SIGABRT with
+ * a report naming `what`. */
+static void child_reports(char *p, void (*misuse)(char *), const char *what) {
+  int fds[2];
+  CHECK(pipe(fds) == 0, "pipe");
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    misuse(p);
+    _exit(0);
+  }
+  close(fds[1]);
+  char buf[512] = "";
+  ssize_t n = read(fds[0], buf, sizeof buf - 1);
+  buf[n > 0 ? n : 0] = '\0';
+  close(fds[0]);
+  int st;
+  CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+  CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "%s of a cached block: status 0x%x, stderr: %s", what, st, buf);
+  CHECK(strstr(buf, what) != NULL, "%s of a cached block: stderr: %s", what, buf);
+}
+static void free_it(char *p) { free(p); }
+static void usable_it(char *p) { (void)malloc_usable_size(p); }
+
+static void test_cache(void) {
+  const size_t n = 40 * KiB; /* 10 pages */
+  uint64_t due = UINT64_MAX;
+  malloc_trim(0);
+  char *keep = malloc(n), *a = malloc(n);
+  CHECK(keep && a && chunk(keep) == chunk(a), "two blocks in one pack");
+  memset(a, 1, n);
+  free(a);
+  mark();
+  char *b = malloc(n);
+  CHECK(b == a && d_calls() == 0, "the freed block was not taken again (%p, expected %p; %zu calls)", (void *)b,
+        (void *)a, d_calls());
+  free(b);
+  child_reports(b, free_it, "double free");
+  child_reports(b, usable_it, "malloc_usable_size");
+  /* a purge step puts it back into the pack: free pages, given back */
+  CHECK(resident(b, n) == n / PG, "the cached block is not resident");
+  CHECK(hm_pack_purge(hm_now_ns(), 0, 64u << 20, &due) >= n, "the step gave back less than the cached block");
+  CHECK(resident(b, n) == 0, "%zu pages of the cached block still resident after a step", resident(b, n));
+  hm_tick_countdown = 1u << 30; /* (no step from this thread's own calls meanwhile) */
+  /* a block taken from the cache is a request: the packs' free pages are
+   * not given back as idle while the cache serves the lane */
+  char *x = malloc(600 * KiB), *y = malloc(n);
+  memset(x, 5, 600 * KiB);
+  memset(y, 5, n);
+  free(x); /* (free pages, resident) */
+  free(y);
+  usleep(100000); /* (the last request through the lock: longer ago than the idle time below) */
+  char *z = malloc(n);
+  CHECK(z == y, "the cached block was not taken");
+  due = UINT64_MAX;
+  CHECK(hm_pack_purge(hm_now_ns(), 50ull * 1000 * 1000, 64u << 20, &due) == 0,
+        "a step gave back free pages as idle while the cache served requests");
+  free(z);
+  /* a step puts back only what it found cached at the step before */
+  size_t fd0 = hm_pack_free_dirty();
+  char *e = malloc(n);
+  memset(e, 4, n);
+  free(e);
+  due = UINT64_MAX;
+  hm_pack_purge(hm_now_ns(), 60ull * 1000 * 1000 * 1000, 64u << 20, &due);
+  CHECK(hm_pack_free_dirty() == fd0, "a step put back a block cached since the step before");
+  CHECK(due <= hm_now_ns() + hm_purge_delay_now(), "no step due for the block left cached");
+  hm_pack_purge(hm_now_ns(), 60ull * 1000 * 1000 * 1000, 64u << 20, &due);
+  CHECK(hm_pack_free_dirty() == fd0 + n, "the next step did not put it back (%zu free dirty bytes, expected %zu)",
+        hm_pack_free_dirty(), fd0 + n);
+  hm_tick_countdown = 1;
+  /* the first free into the cache after that makes a step due */
+  atomic_store(&hm_purge_due_ns, UINT64_MAX);
+  char *c = malloc(n);
+  memset(c, 2, n);
+  free(c);
+  CHECK(atomic_load(&hm_purge_due_ns) != UINT64_MAX, "no step due with a block in the cache");
+  /* a thread's exit purge */
+  unsigned calls;
+  hm_pack_purge_longest(64, &calls);
+  CHECK(resident(c, n) == 0, "%zu pages of the cached block resident after the exit purge", resident(c, n));
+  /* malloc_trim: the pack, empty once the cached block is back, unmapped */
+  char *d = malloc(n);
+  memset(d, 3, n);
+  free(d);
+  free(keep);
+  struct hak_os_stats s0, s1;
+  hak_os_stats_get(&s0);
+  CHECK(malloc_trim(0) == 1, "malloc_trim returned 0");
+  hak_os_stats_get(&s1);
+  CHECK(s1.committed_bytes + SS_SIZE <= s0.committed_bytes, "malloc_trim unmapped %zu bytes, not the pack",
+        (size_t)(s0.committed_bytes - s1.committed_bytes));
+}
+
+/* Blocks freed into the cache, then no call: the background purger's
+ * steps give them back. */
+static void test_cache_idle(void) {
+  const size_t n = 40 * KiB;
+  char *keep = malloc(n), *a = malloc(n), *b = malloc(n);
+  memset(a, 1, n);
+  memset(b, 1, n);
+  free(a);
+  free(b);
+  uint64_t t0 = hm_now_ns();
+  while ((resident(a, n) != 0 || resident(b, n) != 0) && hm_now_ns() - t0 < 8000000000ull) usleep(50000);
+  CHECK(resident(a, n) == 0 && resident(b, n) == 0, "%zu + %zu pages of cached blocks still resident after %.1f s",
+        resident(a, n), resident(b, n), (double)(hm_now_ns() - t0) / 1e9);
+  printf("pack cache_idle: given back after %.2f s\n", (double)(hm_now_ns() - t0) / 1e9);
+  free(keep);
+}
+
 int main(int argc, char **argv) {
   tc_test_name = "pack";
   if (!HAKMEM_SPECIFIC) return 77;
@@ -419,10 +543,13 @@ int main(int argc, char **argv) {
     const char *name;
     void (*fn)(void);
   } parts[] = {{"layout", test_layout}, {"realloc", test_realloc}, {"purge", test_purge}, {"window", test_window},
-                 {"pool", test_pool},     {"off", test_off},       {"order", test_order}};
+                 {"pool", test_pool},     {"off", test_off},       {"order", test_order},
+                 {"cache", test_cache},   {"cache_idle", test_cache_idle}};
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
     if (argc > 1 && strcmp(argv[1], parts[i].name) != 0) continue;
-    if (argc == 1 && (strcmp(parts[i].name, "off") == 0 || strcmp(parts[i].name, "order") == 0)) continue;
+    if (argc == 1 && (strcmp(parts[i].name, "off") == 0 || strcmp(parts[i].name, "order") == 0 ||
+                      strcmp(parts[i].name, "cache_idle") == 0))
+      continue;
     parts[i].fn();
     printf("pack %s: ok\n", parts[i].name);
   }

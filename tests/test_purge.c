@@ -59,7 +59,13 @@
  *              exit_shared scenario completes with plain madvise calls
  *   pack_idle  free pages of a pack in use, idle while the large lane stays
  *              busy next to them, go back within a second or two, within
- *              20 calls a second */
+ *              20 calls a second
+ *   pack_regret eight times a block of a pack is freed, idles 0.6 s beside a
+ *              busy lane and is taken again: written only here and there
+ *              (its ends and a page), its idle pages keep going back (at
+ *              least 6 times of 8); written whole, the idle age backs off
+ *              (at most 5). Skipped where process_madvise cannot advise
+ *              the calling process (there every page taken again is regret) */
 #define _GNU_SOURCE
 #include "test_common.h"
 
@@ -1105,6 +1111,57 @@ static void t_pack_idle(void) {
   free(k2);
 }
 
+/* pack_regret: how many of 8 cycles found the freed block's written page
+ * given back after its idle time. */
+static unsigned regret_cycles(bool whole) {
+  const size_t K = 1024, A = 600 * K;
+  char *k1 = malloc(300 * K), *a = malloc(A), *k2 = malloc(300 * K);
+  CHECK(k1 && a && k2, "malloc");
+  CHECK(((uintptr_t)k1 >> 21) == ((uintptr_t)a >> 21) && ((uintptr_t)a >> 21) == ((uintptr_t)k2 >> 21),
+        "three blocks in one pack");
+  unsigned back = 0;
+  for (unsigned c = 0; c < 8; c++) {
+    char *page = a + (size_t)(17 + 13 * c) * 4096; /* not an end page, a new one each time */
+    if (whole) memset(a, 7, A);
+    a[0] = 1, a[A - 1] = 2, page[0] = 3;
+    free(a);
+    /* the lane stays busy: 700 KiB blocks (too long for a's run) in the rest */
+    for (double t0 = now_s(); now_s() - t0 < 0.6; sleep_s(0.002)) {
+      char *b = malloc(700 * K);
+      CHECK(b, "malloc");
+      b[0] = 1, b[700 * K - 1] = 2;
+      free(b);
+    }
+    back += resident_pages(page, 4096) == 0;
+    char *again = malloc(A);
+    CHECK(again == a, "the block takes its run again");
+  }
+  free(a);
+  free(k1);
+  free(k2);
+  return back;
+}
+
+static void t_pack_regret(void) {
+  malloc_trim(0);
+  char *probe = malloc(300 * 1024);
+  bool packed = probe != NULL && malloc_usable_size(probe) == 300 * 1024;
+  free(probe);
+  if (!packed) {
+    printf("pack_regret: no packs in this build (secure mode): skipped\n");
+    exit(77);
+  }
+  if (!ranges_supported()) {
+    printf("pack_regret: process_madvise cannot advise this process (Linux 6.13): skipped\n");
+    exit(77);
+  }
+  unsigned sparse = regret_cycles(false), whole = regret_cycles(true);
+  printf("pack_regret: the idle page went back %u of 8 times written here and there, %u of 8 written whole\n", sparse,
+         whole);
+  CHECK(sparse >= 6, "blocks written here and there: the idle pages went back only %u of 8 times", sparse);
+  CHECK(whole <= 5, "blocks written whole: the idle pages went back %u of 8 times (no back-off)", whole);
+}
+
 int main(int argc, char **argv) {
   tc_test_name = "purge";
   if (!HAKMEM_SPECIFIC) return 77;
@@ -1135,6 +1192,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(m, "exit_blocks")) t_exit_blocks();
   else if (!strcmp(m, "ranges_seccomp")) t_ranges_seccomp();
   else if (!strcmp(m, "pack_idle")) t_pack_idle();
+  else if (!strcmp(m, "pack_regret")) t_pack_regret();
   else FAILF("unknown mode %s", m);
   printf("purge %s: ok\n", m);
   return 0;
