@@ -14,9 +14,11 @@ before and just after; lower is better), with the server's peak RSS
 (VmHWM) and redis-benchmark's requests per second beside it.  Runs are
 interleaved (A B C ... A B C ...), RUNS times (default 3); medians are
 reported, and each allocator's CPU time over the best peer's (every
-allocator but hakmem and hakmem-libc).  Each server is checked to have the
-allocator's library mapped, and is shut down (SIGKILL if it does not stop)
-before the next starts.
+allocator but hakmem, hakmem-libc and --extra columns): the medians' ratio,
+and the median over rounds of each run's ratio to that round's best peer
+(paired: on a shared machine the load drifts between rounds).  Each
+server is checked to have the allocator's library mapped, and is shut down
+(SIGKILL if it does not stop) before the next starts.
 
 Debian's redis-server is linked with libjemalloc, which supplies malloc when
 nothing is preloaded; so the glibc column preloads libc.so.6 itself (which
@@ -27,7 +29,7 @@ malloc and malloc_usable_size to the intended library.
 Skips with a note (exit 0) when redis-server or redis-benchmark is missing
 (Debian: apt-get install redis-server redis-tools).
 
-  python3 scripts/bench_redis.py --build build [--runs N] [--quick] [--allocators a,b]
+  python3 scripts/bench_redis.py --build build [--runs N] [--quick] [--allocators a,b] [--extra NAME=LIB]
 """
 
 import argparse
@@ -186,6 +188,9 @@ def main():
     ap.add_argument("--no-peer-build", action="store_true")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per redis-benchmark run")
     ap.add_argument("--out", default=os.path.join(bench.REPO, "results"))
+    ap.add_argument("--extra", action="append", default=[], metavar="NAME=LIB",
+                    help="one more column preloading LIB (an A/B of two hakmem builds: hakmem-base=old/libhakmem.so);"
+                         " not a peer; repeatable")
     args = ap.parse_args()
 
     server, cli, benchmark = (shutil.which(p) for p in ("redis-server", "redis-cli", "redis-benchmark"))
@@ -198,6 +203,13 @@ def main():
     wanted = [a.strip() for a in args.allocators.split(",") if a.strip()] or \
         [a for a in bench.ALLOCATOR_ORDER if a != "hakmem-libc"]
     allocs, notes = bench.discover_allocators(build, wanted, not args.no_peer_build)
+    extra = set()
+    for e in args.extra:
+        name, _, lib = e.partition("=")
+        if not name or not os.path.exists(lib):
+            ap.error("--extra %s: NAME=LIB, LIB an existing library" % e)
+        allocs.append((name, {"LD_PRELOAD": os.path.abspath(lib)}, os.path.abspath(lib) + " (--extra)"))
+        extra.add(name)
     libc = bench.find_system_lib(["libc.so.6"])
     checked = []
     for name, env, desc in allocs:
@@ -255,25 +267,36 @@ def main():
                          "rps_median": {t: statistics.median(r["rps"][t] for r in ok if t in r["rps"])
                                         for t in tests},
                          "errors": [r["error"] for r in runs if not r["ok"]]}
-    peers = [(s["cpu_median"], n) for n, s in summary.items() if n not in bench.NOT_PEERS and "cpu_median" in s]
+    peers = [(s["cpu_median"], n) for n, s in summary.items() if n not in bench.NOT_PEERS and n not in extra
+             and "cpu_median" in s]
     best = min(peers) if peers else None
+    # Paired: each run over the best peer's in the same round (the load drifts
+    # between rounds on a shared machine; within one it hits all alike).
+    peer_names = [n for _, n in peers]
+    round_best = [min((raw[n][i]["cpu"] for n in peer_names if raw[n][i]["ok"]), default=None)
+                  for i in range(args.runs)]
     rows = []
     for name, _, _ in allocs:
         s = summary[name]
         if "cpu_median" not in s:
-            rows.append([name, "FAIL", "-", "-", "-", "-", "-"])
+            rows.append([name, "FAIL", "-", "-", "-", "-", "-", "-"])
             continue
         if best:
             s["x_best_peer"] = s["cpu_median"] / best[0]
+        paired = [r["cpu"] / b for r, b in zip(raw[name], round_best) if r["ok"] and b]
+        if paired:
+            s["x_round_best_peer_median"] = statistics.median(paired)
         rows.append([name, "%.2f" % s["cpu_median"], "%.2f" % s["cpu_min"], "%.2f" % s["cpu_max"],
-                     "%.2fx" % s["x_best_peer"] if best else "-", "%.1f" % s["peak_rss_mb"],
+                     "%.2fx" % s["x_best_peer"] if best else "-",
+                     "%.2fx" % s["x_round_best_peer_median"] if paired else "-", "%.1f" % s["peak_rss_mb"],
                      " ".join("%s %.0fk" % (t, v / 1e3) for t, v in s["rps_median"].items())])
-    hdr = ["allocator", "server CPU s", "min", "max", "x best peer", "peak RSS MB", "requests/s (median)"]
+    hdr = ["allocator", "server CPU s", "min", "max", "x best peer", "x round's best", "peak RSS MB",
+           "requests/s (median)"]
     widths = [max(len(str(x)) for x in col) for col in zip(hdr, *rows)]
     log("")
     log("redis-server CPU seconds under the load (median of %d; lower is better; best peer: %s)"
         % (args.runs, best[1] if best else "-"))
-    fmt = lambda cells: "  ".join(c.ljust(w) if i in (0, 6) else c.rjust(w)  # noqa: E731
+    fmt = lambda cells: "  ".join(c.ljust(w) if i in (0, 7) else c.rjust(w)  # noqa: E731
                                   for i, (c, w) in enumerate(zip(cells, widths)))
     log(fmt(hdr))
     log("-" * len(fmt(hdr)))

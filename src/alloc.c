@@ -78,11 +78,16 @@ void *hak_realloc(void *p, size_t n) {
     hm_free(p);
     return NULL;
   }
-  if (is_libc_block(p)) return __libc_realloc(p, n);
-  size_t old = hm_usable_checked(p, HM_OP_REALLOC);
-  if (old == 0) { /* reported, and HAKMEM_ON_ERROR=warn: p is left alone */
-    errno = EINVAL;
-    return NULL;
+  /* a live block passes malloc_usable_size's checks (free's); anything
+   * else takes the checked path, which reports */
+  size_t old = hm_usable_live(p);
+  if (unlikely(old == 0)) {
+    if (is_libc_block(p)) return __libc_realloc(p, n);
+    old = hm_usable_checked(p, HM_OP_REALLOC);
+    if (old == 0) { /* reported, and HAKMEM_ON_ERROR=warn: p is left alone */
+      errno = EINVAL;
+      return NULL;
+    }
   }
   unsigned k = hm_reg_kind((uintptr_t)p);
   /* A sampled block always moves (below): its free is recorded, the new one

@@ -571,10 +571,12 @@ static bool release_if_idle(heap_t *h, unsigned c, bool all);
  * the previous look. */
 static void heap_release_emptied_cur(heap_t *h, unsigned kind) {
   for (unsigned w = 0; w < sizeof h->emptied_cur / sizeof h->emptied_cur[0]; w++)
-    for (uint64_t bits = h->emptied_cur[w]; bits != 0; bits &= bits - 1) {
+    for (uint64_t bits = h->emptied_cur[w] & ~h->recurring[w]; bits != 0; bits &= bits - 1) {
       unsigned c = w * 64 + (unsigned)__builtin_ctzll(bits);
-      if (hm_class_kind[c] == kind && !release_if_idle(h, c, false))
-        h->emptied_cur[w] &= ~((uint64_t)1 << (c % 64));
+      if (hm_class_kind[c] != kind) continue;
+      bool had = h->cur[c] != &hm_empty_slab;
+      if (!release_if_idle(h, c, false)) h->emptied_cur[w] &= ~((uint64_t)1 << (c % 64));
+      if (had && h->cur[c] == &hm_empty_slab) h->looked_out[w] |= (uint64_t)1 << (c % 64);
     }
 }
 
@@ -588,6 +590,16 @@ static void heap_release_emptied_cur(heap_t *h, unsigned kind) {
  * purge steps, and a steady workload must make no system call.) */
 static slab_t *heap_new_slab(heap_t *h, unsigned c) {
   unsigned kind = hm_class_kind[c];
+  /* Recurring: a class whose current slab a look released comes back for
+   * a slab before the next purge step (a block moved up through the sizes
+   * by realloc, one class after another: redis's lists): releasing and
+   * taking its slab again on every round cost more than the rest of its
+   * mallocs. Looks leave it alone; purge steps still release it. */
+  uint64_t bit = (uint64_t)1 << (c % 64);
+  if (h->looked_out[c / 64] & bit) {
+    h->looked_out[c / 64] &= ~bit;
+    h->recurring[c / 64] |= bit;
+  }
   superslab_t *p = h->partial[kind];
   if (p == NULL || (p->free_mask & atomic_load_explicit(&p->dirty, memory_order_relaxed)) == 0)
     heap_release_emptied_cur(h, kind);
@@ -896,6 +908,8 @@ static void heap_reset(heap_t *h) {
   memset(h->idle_seen, 0, sizeof h->idle_seen);
   hm_big_reset(h);
   memset(h->emptied_cur, 0, sizeof h->emptied_cur);
+  memset(h->looked_out, 0, sizeof h->looked_out);
+  memset(h->recurring, 0, sizeof h->recurring);
   memset(h->spare, 0, sizeof h->spare);
   atomic_store(&h->pending_hint, 0);
   h->next_free = NULL;
@@ -1377,6 +1391,8 @@ static bool release_if_idle(heap_t *h, unsigned c, bool all) {
 
 static void heap_release_empty_cur(heap_t *h, bool all) {
   for (unsigned c = 0; c < NUM_CLASSES; c++) release_if_idle(h, c, all);
+  memset(h->looked_out, 0, sizeof h->looked_out);
+  memset(h->recurring, 0, sizeof h->recurring);
 }
 
 /* A purge step: the calling thread's current slabs that are empty and were

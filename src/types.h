@@ -409,6 +409,11 @@ typedef struct heap {
   /* classes whose current slab emptied by this thread's frees since a new
    * slab was last taken: the ones that look needs to visit then */
   uint64_t emptied_cur[(NUM_CLASSES + 63) / 64];
+  /* classes whose current slab a look released (looked_out), and those
+   * that then took a slab again before the next purge step (recurring):
+   * looks leave the latter alone until that step (heap.c, "recurring") */
+  uint64_t looked_out[(NUM_CLASSES + 63) / 64];
+  uint64_t recurring[(NUM_CLASSES + 63) / 64];
   /* per class, a slab that emptied while not the current one, kept with
    * its blocks on its lists for the class's next slab (heap.c, "spare"):
    * a class cycling through two slabs then never gives one back and takes

@@ -12,19 +12,36 @@
 
 HM_HIDDEN size_t hm_usable_slow(void *p);          /* alloc.c */
 
+/* Does p, in SuperSlab unit entry e, pass free's two checks? Its shape. */
+HM_INLINE const slab_shape_t *hm_usable_shape(void *p, uintptr_t e) {
+  superslab_t *ss = hm_ss_of(p);
+  /* the slab and its shape, as hm_free finds them */
+  const slab_t *s = hm_unit_slab(ss, e);
+  const slab_shape_t *sh = hm_unit_shape(ss, e);
+  return hm_slab_holds(sh, p) && ((const uintptr_t *)p)[1] != hm_free_tag_of(s) ? sh : NULL;
+}
+
 HM_INLINE size_t hm_usable(void *p) {
   uintptr_t a = (uintptr_t)p, e = hm_unit_entry(p);
   if (likely(e != 0)) {
-    superslab_t *ss = hm_ss_of(p);
-    /* the slab and its shape, as hm_free finds them */
-    const slab_t *s = hm_unit_slab(ss, e);
-    const slab_shape_t *sh = hm_unit_shape(ss, e);
-    if (likely(hm_slab_holds(sh, p) && ((const uintptr_t *)p)[1] != hm_free_tag_of(s))) return sh->block_size;
+    const slab_shape_t *sh = hm_usable_shape(p, e);
+    if (likely(sh != NULL)) return sh->block_size;
   } else {
     size_t u = hm_large_usable_live(p, hm_reg_kind(a));
     if (likely(u != 0)) return u;
   }
   return hm_usable_slow(p);
+}
+
+/* hm_usable without its slow path: 0 for anything but a live block (the
+ * caller takes a checked path). */
+HM_INLINE size_t hm_usable_live(void *p) {
+  uintptr_t e = hm_unit_entry(p);
+  if (likely(e != 0)) {
+    const slab_shape_t *sh = hm_usable_shape(p, e);
+    return likely(sh != NULL) ? sh->block_size : 0;
+  }
+  return hm_large_usable_live(p, hm_reg_kind((uintptr_t)p));
 }
 
 #endif /* HAKMEM_USABLE_H */

@@ -6,6 +6,10 @@
  *           neither goes back to its SuperSlab round after round; a second
  *           emptied slab of the class is released; hak_collect releases the
  *           spare; a class of bigger slabs keeps no spare
+ *   recurring  a block moved up through the sizes by realloc, round after
+ *           round (redis's growing lists), while the heap takes new slabs
+ *           of the same kind: the classes it passes keep their current
+ *           slabs once one came back for a slab after a look released it
  *   notify  a slab taken out of FULL by its owner's free keeps its notify
  *           bit; marked FULL again without setting it, it still hears of
  *           another thread's free: the block comes back to the owner */
@@ -154,6 +158,34 @@ static void t_notify(void) {
   for (int i = 0; i < n_kept; i++) free(kept[i]);
 }
 
+static void t_recurring(void) {
+  enum { STEPS = 56, ROUNDS = 200, KEEP = 60 };
+  static slab_t *last[STEPS];
+  static void *kept[ROUNDS * KEEP];
+  int lost = 0, lost_late = 0;
+  for (int r = 0; r < ROUNDS; r++) {
+    char *p = NULL;
+    for (int i = 0; i < STEPS; i++) {
+      size_t n = 600 + (size_t)i * 135; /* 600 B .. 8 KiB */
+      bool gone = last[i] != NULL && released(last[i]);
+      lost += gone;
+      lost_late += gone && r >= ROUNDS / 2;
+      CHECK((p = realloc(p, n)) != NULL, "realloc(%zu)", n);
+      memset(p + n - 64, r, 64);
+      last[i] = slab_of(p);
+    }
+    free(p);
+    /* live blocks of the same slab kind: new slabs now and then, whose
+     * takes look at the emptied current slabs */
+    for (int k = 0; k < KEEP; k++) CHECK((kept[r * KEEP + k] = malloc(1000)) != NULL, "malloc(1000)");
+  }
+  for (int i = 0; i < ROUNDS * KEEP; i++) free(kept[i]);
+  printf("recurring: a chain's slab released before its class came back %d times (%d in the last %d rounds)\n",
+         lost, lost_late, ROUNDS / 2);
+  CHECK(lost_late == 0, "%d slabs of the chain released and taken again in the last %d rounds", lost_late,
+        ROUNDS / 2);
+}
+
 int main(int argc, char **argv) {
   tc_test_name = "heap";
   if (!HAKMEM_SPECIFIC) return 77;
@@ -161,6 +193,7 @@ int main(int argc, char **argv) {
   free(malloc(1)); /* start-up */
   if (!strcmp(argv[1], "spare")) t_spare();
   else if (!strcmp(argv[1], "notify")) t_notify();
+  else if (!strcmp(argv[1], "recurring")) t_recurring();
   else FAILF("unknown mode %s", argv[1]);
   printf("heap %s: ok\n", argv[1]);
   return 0;
