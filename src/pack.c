@@ -322,28 +322,25 @@ static bool place(pack_t *p, unsigned s, unsigned k, unsigned left, uint64_t now
 
 /* hm_pack_purge_idle's age is the purge delay times 2^idle_shift. Regret
  * is pages it gave back that a block took again within 16 ages and wrote:
- * it doubles the age (at most once per age, up to 64 times); 64 ages
- * without regret halve it. Where the kernel's process_madvise has worked
- * (hm_os_ranges_work: no seccomp filter), the first block since the last
- * look to take 8 such pages or more, not counting its first and last (a
- * header and an end say nothing), is probed at the next look (mincore):
- * regret if half of them are resident; and 8 ages without regret halve
- * the age (a look sees one block: a stray write must not hold it long). So a block written here and there
- * does not slow the return of the pages it leaves alone (DESIGN.md,
+ * it doubles the age (at most once per age, up to 64 times). Where the
+ * kernel's process_madvise has worked (hm_os_ranges_work: no seccomp
+ * filter), the first block since the last look to take PROBE_MIN such
+ * pages or more is probed at the next look (mincore): regret if half of
+ * them are resident; 8 ages without regret halve the age (a look sees one
+ * block: a stray write must not hold it long). So a block written here and
+ * there does not slow the return of the pages it leaves alone (DESIGN.md,
  * "Memory given back"). Elsewhere every block that takes such pages is
- * regret. Its own, not policy.c's back-off: a working set that churns
- * through the packs' free pages should not slow the idle return of
- * everything else. */
+ * regret, and 64 ages halve it. Its own, not policy.c's back-off: a working
+ * set that churns through the packs' free pages should not slow the idle
+ * return of everything else. */
 #define IDLE_SHIFT_MAX 6
 static unsigned idle_shift;
 static uint64_t idle_age_ns = 100000000u, idle_regret_ns; /* (lock held) */
-/* The probe: the first block since the last look to take PROBE_MIN pages
- * or more given back within 16 ages, and which of its pages were clean. */
 #define PROBE_MIN 8
 static struct {
   char *at;
-  unsigned pages;
-  uint64_t clean[PACK_MAX_PAGES / 64];
+  unsigned pages, count;               /* its pages; the clean ones */
+  uint64_t clean[PACK_MAX_PAGES / 64]; /* which were clean */
 } idle_probe; /* (lock held) */
 
 static bool idle_recent(const pack_t *p, uint64_t now) {
@@ -356,27 +353,20 @@ static void idle_regret_now(uint64_t now) {
   if (idle_shift < IDLE_SHIFT_MAX) idle_shift++;
 }
 
-/* Pages [s, s+k) of p are about to be taken by a block: the probe, if none. */
+/* Pages [s, s+k) of p are about to be taken by a block: the probe, if none
+ * yet and PROBE_MIN of them, not the first and last (a header and an end
+ * say nothing), are clean. */
 static void idle_probe_arm(const pack_t *p, unsigned s, unsigned k, uint64_t now) {
-  if (idle_probe.at != NULL || k > PACK_MAX_PAGES || !idle_recent(p, now) || !hm_os_ranges_work()) return;
+  if (idle_probe.at != NULL || k < PROBE_MIN + 2 || k > PACK_MAX_PAGES || !idle_recent(p, now) || !hm_os_ranges_work())
+    return;
+  unsigned clean = k - 2 - bits_count(p->dirty, s + 1, k - 2);
+  if (clean < PROBE_MIN) return;
+  memset(idle_probe.clean, 0, sizeof idle_probe.clean);
+  for (unsigned j = 1; j + 1 < k; j++)
+    if (!bit(p->dirty, s + j)) idle_probe.clean[j / 64] |= (uint64_t)1 << (j % 64);
   idle_probe.at = page_addr((pack_t *)p, s);
   idle_probe.pages = k;
-  for (unsigned w = 0; w < PACK_MAX_PAGES / 64; w++) {
-    unsigned i = s + 64 * w, n = k > 64 * w ? k - 64 * w : 0;
-    uint64_t v = 0;
-    if (n != 0) { /* dirty bits [i, i+64) of p, as one word */
-      v = p->dirty[i >> 6] >> (i & 63);
-      if ((i & 63) != 0 && (i >> 6) + 1 < PACK_WORDS) v |= p->dirty[(i >> 6) + 1] << (64 - (i & 63));
-      v = ~v & (n >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << n) - 1);
-    }
-    idle_probe.clean[w] = v;
-  }
-  /* not its first and last pages: a header and an end say nothing */
-  idle_probe.clean[0] &= ~(uint64_t)1;
-  idle_probe.clean[(k - 1) / 64] &= ~((uint64_t)1 << ((k - 1) % 64));
-  unsigned clean = 0;
-  for (unsigned w = 0; w < PACK_MAX_PAGES / 64; w++) clean += (unsigned)__builtin_popcountll(idle_probe.clean[w]);
-  if (clean < PROBE_MIN) idle_probe.at = NULL; /* (too few to tell) */
+  idle_probe.count = clean;
 }
 
 /* A block took clean pages of p. */
@@ -388,13 +378,10 @@ static void idle_regret(const pack_t *p, uint64_t now) {
 static void idle_regret_look(uint64_t now) {
   if (idle_probe.at == NULL) return;
   uint64_t res[PACK_MAX_PAGES / 64] = {0};
-  unsigned clean = 0, written = 0;
+  unsigned written = 0;
   hm_os_resident_bits(-1, idle_probe.at, idle_probe.pages, res); /* (mincore; none if it fails) */
-  for (unsigned w = 0; w < PACK_MAX_PAGES / 64; w++) {
-    clean += (unsigned)__builtin_popcountll(idle_probe.clean[w]);
-    written += (unsigned)__builtin_popcountll(idle_probe.clean[w] & res[w]);
-  }
-  if (clean != 0 && 2 * written >= clean) idle_regret_now(now);
+  for (unsigned w = 0; w < PACK_MAX_PAGES / 64; w++) written += (unsigned)__builtin_popcountll(idle_probe.clean[w] & res[w]);
+  if (2 * written >= idle_probe.count) idle_regret_now(now);
   idle_probe.at = NULL;
 }
 
