@@ -404,6 +404,11 @@ void hm_guard_free(void *p) {
   guard_unlock();
 }
 
+size_t hm_guard_resident(int fd) {
+  meta_t *m = atomic_load_explicit((_Atomic(meta_t *) *)&meta, memory_order_acquire);
+  return m != NULL ? hm_os_resident_fd(fd, m, POOL_BYTES) : 0;
+}
+
 size_t hm_guard_usable(void *p, int op) {
   guard_lock();
   grec_t *g = rec_at((uintptr_t)p);

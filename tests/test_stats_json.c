@@ -225,7 +225,8 @@ int main(int argc, char **argv) {
   (void)blocks;
   size_t parts = field(b, "bytes", NULL) + field(r, "free_in_slabs", NULL) +
                  field(strstr(r, "\"thread_caches\""), "bytes", NULL) + field(strstr(r, "\"unused\""), "bytes", NULL) +
-                 field(r, "large_cache", NULL) + field(strstr(r, "\"metadata\""), "bytes", NULL);
+                 field(r, "large_cache", NULL) + field(r, "guarded_pool", NULL) +
+                 field(strstr(r, "\"metadata\""), "bytes", NULL);
   size_t handed = field(b, "bytes", NULL), live = atomic_load(&live_usable);
   printf("resident total %zu, smaps anonymous %zu (%+.2f%%); blocks %zu, live usable %zu (%+.2f%%)\n", total, anon,
          100.0 * ((double)total - (double)anon) / (double)anon, handed, live,
