@@ -264,10 +264,10 @@ int main(int argc, char **argv) {
   fclose(f);
   const char *t = strstr(json, "\nresident explained: ");
   CHECK(t != NULL, "no breakdown line in the text report:\n%s", json);
-  size_t v[6], ttotal = strtoull(t + 21, NULL, 10), tsum = 0;
-  const char *const names[6] = {"= blocks handed out ", "+ free in slabs in use ", "+ thread caches ", "+ unused ",
-                                "+ large cache ", "+ metadata "};
-  for (int k = 0; k < 6; k++) {
+  size_t v[7], ttotal = strtoull(t + 21, NULL, 10), tsum = 0;
+  const char *const names[7] = {"= blocks handed out ", "+ free in slabs in use ", "+ thread caches ", "+ unused ",
+                                "+ large cache ", "+ guarded pool ", "+ metadata "};
+  for (int k = 0; k < 7; k++) {
     const char *p = strstr(t, names[k]);
     CHECK(p != NULL && p < strchr(t + 1, '\n'), "no '%s' in the line: %s", names[k], t);
     v[k] = strtoull(p + strlen(names[k]), NULL, 10);
