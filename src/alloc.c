@@ -99,6 +99,8 @@ void *hak_realloc(void *p, size_t n) {
   /* A move of more than 64 KiB goes to a pack when packs are on: the copy
    * touches every page it fills, and a pack reuses pages one by one, where
    * a pool block keeps them for good (docs/DESIGN.md, "Large lane"). */
+  if (n > old && n < old + old / 4 && old + old / 4 <= REALLOC_PACK_MIN)
+    n = old + old / 4; /* grown by a little: room for the next steps ("realloc") */
   void *q = n > REALLOC_PACK_MIN && hm_pack_enabled() ? hm_large_alloc(n, 0) : hm_malloc(n);
   if (q == NULL) return NULL; /* errno is ENOMEM; p is untouched */
   memcpy(q, p, n < old ? n : old);
