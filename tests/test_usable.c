@@ -11,8 +11,9 @@
  *            must answer within 10 s (redis asks after every malloc and
  *            before every free: the answer must not queue behind the lane)
  *   grow     realloc growing a pool block by less than a quarter moves it to
- *            a block a quarter larger (its usable size says so), so that a
- *            block grown in steps (redis's listpacks) moves half as often
+ *            a block a quarter larger (its usable size says so), at most the
+ *            power of two above the request, so that a block grown in steps
+ *            (redis's listpacks) moves half as often
  *
  * Misuse (freed, interior, released blocks) is in test_misuse.c. */
 #define _GNU_SOURCE
@@ -96,8 +97,16 @@ static void grow(void) {
   CHECK(p != NULL && malloc_usable_size(p) >= u + u / 4, "realloc(%zu-byte block, %zu): usable %zu, expected >= %zu", u,
         u + 1, malloc_usable_size(p), u + u / 4);
   free(p);
+  /* but not past the power of two above the request, where programs cap
+   * their growth (redis's 8 KiB listpacks) */
+  p = malloc(7000);
+  u = malloc_usable_size(p);
+  p = realloc(p, 7300);
+  CHECK(p != NULL && malloc_usable_size(p) >= 7300 && malloc_usable_size(p) <= 8192,
+        "realloc(%zu-byte block, 7300): usable %zu, expected 7300 to 8192", u, malloc_usable_size(p));
+  free(p);
   /* a listpack of 100-byte entries grown from 256 B to 8 KiB: 31 moves to
-   * the next class each time, 13 with the room */
+   * the next class each time, 14 with the room */
   unsigned moves = 0;
   p = malloc(256);
   memset(p, 7, 256);
