@@ -181,7 +181,7 @@ superslab_t *hm_backend_ss_alloc(void) {
     if (r != NULL) {
       /* huge pages once the heap is large (docs/DESIGN.md, "SuperSlabs") */
       size_t thp_min = (size_t)hm_opt[HM_OPT_THP_MIN_MB] << 20;
-      if (thp_min != 0 && reserved >= thp_min) hm_os_hugepage(r, len);
+      if (thp_min != 0 && reserved + len > thp_min) hm_os_hugepage(r, len);
       reserved += len;
       add_region(r, len); /* first: it may give back what is cached */
       region_cur = r;
