@@ -179,7 +179,7 @@ superslab_t *hm_backend_ss_alloc(void) {
       if (r != NULL) atomic_fetch_add_explicit(&n_fallback, 1, memory_order_relaxed);
     }
     if (r != NULL) {
-      /* huge pages once the heap is large (docs/DESIGN.md, "SuperSlabs") */
+      /* huge pages once the heap is large (docs/DESIGN.md, "SuperSlabs and the backend") */
       size_t thp_min = (size_t)hm_opt[HM_OPT_THP_MIN_MB] << 20;
       if (thp_min != 0 && reserved + len > thp_min) hm_os_hugepage(r, len);
       reserved += len;
