@@ -28,6 +28,7 @@ static pthread_mutex_t backend_lock = PTHREAD_MUTEX_INITIALIZER;
 static cached_t *cache;
 static size_t cache_n, cache_cap, cache_clean;
 static char *region_cur, *region_end;   /* unused part of the last reservation */
+static size_t reserved;                 /* bytes of reservations mapped so far */
 static uintptr_t ss_lo = UINTPTR_MAX, ss_hi; /* bounds of every SuperSlab carved (the report's walk) */
 static _Atomic size_t region_left;      /* its size, for the resident estimate */
 static _Atomic size_t cache_resident;   /* bytes of cached SuperSlabs not given back */
@@ -178,6 +179,10 @@ superslab_t *hm_backend_ss_alloc(void) {
       if (r != NULL) atomic_fetch_add_explicit(&n_fallback, 1, memory_order_relaxed);
     }
     if (r != NULL) {
+      /* huge pages once the heap is large (docs/DESIGN.md, "SuperSlabs and the backend") */
+      size_t thp_min = (size_t)hm_opt[HM_OPT_THP_MIN_MB] << 20;
+      if (thp_min != 0 && reserved + len > thp_min) hm_os_hugepage(r, len);
+      reserved += len;
       add_region(r, len); /* first: it may give back what is cached */
       region_cur = r;
       region_end = r + len;

@@ -69,6 +69,7 @@ HM_HIDDEN const char *hm_cgroup_source(void);
 HM_HIDDEN void *hm_os_map(size_t len);
 HM_HIDDEN void hm_os_unmap(void *p, size_t len);
 HM_HIDDEN int hm_os_purge(void *p, size_t len);
+HM_HIDDEN void hm_os_hugepage(void *p, size_t len); /* MADV_HUGEPAGE */
 /* Many ranges in one call (process_madvise on the calling process: Linux
  * 6.13); returns the bytes given back, -1 where the kernel cannot (then
  * never again: hm_os_purge_ranges_ok). At most HM_OS_RANGES_MAX ranges. */

@@ -42,6 +42,12 @@ int hm_os_purge(void *p, size_t len) {
   return 0;
 }
 
+/* Mark [p, p+len) for transparent huge pages (no-op where the kernel has
+ * none or its mode is never); counted as a madvise. */
+void hm_os_hugepage(void *p, size_t len) {
+  if (madvise(p, len, MADV_HUGEPAGE) == 0) atomic_fetch_add_explicit(&n_madvise, 1, memory_order_relaxed);
+}
+
 /* process_madvise(2) on the calling process (PIDFD_SELF), which takes any
  * advice there since Linux 6.13: the ranges of many blocks in one system
  * call (counted as one madvise). Elsewhere (older kernels) it fails at

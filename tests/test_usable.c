@@ -10,6 +10,10 @@
  *            usable size of a slab block, a span and a packed block, and
  *            must answer within 10 s (redis asks after every malloc and
  *            before every free: the answer must not queue behind the lane)
+ *   grow     realloc growing a pool block by less than a quarter moves it to
+ *            a block a quarter larger (its usable size says so), at most the
+ *            power of two above the request, so that a block grown in steps
+ *            (redis's listpacks) moves half as often
  *
  * Misuse (freed, interior, released blocks) is in test_misuse.c. */
 #define _GNU_SOURCE
@@ -86,12 +90,44 @@ static void nolock(void) {
   }
 }
 
+static void grow(void) {
+  char *p = malloc(1000);
+  size_t u = malloc_usable_size(p);
+  p = realloc(p, u + 1);
+  CHECK(p != NULL && malloc_usable_size(p) >= u + u / 4, "realloc(%zu-byte block, %zu): usable %zu, expected >= %zu", u,
+        u + 1, malloc_usable_size(p), u + u / 4);
+  free(p);
+  /* but not past the power of two above the request, where programs cap
+   * their growth (redis's 8 KiB listpacks) */
+  p = malloc(7000);
+  u = malloc_usable_size(p);
+  p = realloc(p, 7300);
+  CHECK(p != NULL && malloc_usable_size(p) >= 7300 && malloc_usable_size(p) <= 8192,
+        "realloc(%zu-byte block, 7300): usable %zu, expected 7300 to 8192", u, malloc_usable_size(p));
+  free(p);
+  /* a listpack of 100-byte entries grown from 256 B to 8 KiB: 31 moves to
+   * the next class each time, 14 with the room */
+  unsigned moves = 0;
+  p = malloc(256);
+  memset(p, 7, 256);
+  for (size_t n = 256 + 103; n <= 8192; n += 103) {
+    char *q = realloc(p, n);
+    CHECK(q != NULL && (unsigned char)q[n - 104] == 7, "realloc to %zu", n);
+    moves += q != p;
+    memset(q + n - 103, 7, 103);
+    p = q;
+  }
+  free(p);
+  CHECK(moves <= 20, "a block grown by 103 B from 256 B to 8 KiB moved %u times", moves);
+}
+
 int main(int argc, char **argv) {
   tc_test_name = "usable";
   if (!HAKMEM_SPECIFIC) return 77;
   const char *only = argc > 1 ? argv[1] : NULL;
   if (only == NULL || strcmp(only, "sizes") == 0) sizes();
   if (only == NULL || strcmp(only, "nolock") == 0) nolock();
+  if (only == NULL || strcmp(only, "grow") == 0) grow();
   printf("usable: ok\n");
   return 0;
 }
