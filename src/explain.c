@@ -13,6 +13,7 @@
  * block size. */
 #include <unistd.h>
 
+#include "guard.h"
 #include "internal.h"
 
 struct walk {
@@ -119,6 +120,7 @@ void hm_explain(struct hm_explain *e) {
   e->large_cache = large[1];
   e->unused_packs = large[3];
   e->meta_packs = large[4];
+  e->guarded_pool = hm_guard_resident(w.fd);
   e->meta_chunks = hm_backend_meta_resident(w.fd);
   e->meta_registry = res(w.fd, page_down((uintptr_t)hm_registry), page_up((uintptr_t)hm_registry + REG_ENTRIES));
   if (w.fd >= 0) close(w.fd);
@@ -128,5 +130,6 @@ void hm_explain(struct hm_explain *e) {
   e->thread_caches = e->foreign + e->empty_slabs;
   e->unused = e->unused_slabs + e->unused_superslabs + e->unused_reserve + e->unused_packs;
   e->metadata = e->meta_headers + e->meta_packs + e->meta_chunks + e->meta_registry;
-  e->total = e->blocks + e->free_in_slabs + e->thread_caches + e->unused + e->large_cache + e->metadata;
+  e->total = e->blocks + e->free_in_slabs + e->thread_caches + e->unused + e->large_cache + e->guarded_pool +
+             e->metadata;
 }

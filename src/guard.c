@@ -9,7 +9,8 @@
  * pages are made inaccessible, and stay in quarantine (FIFO) until
  * QUARANTINE_RECS blocks or QUARANTINE_PAGES pages are there; they are
  * given back to the OS only while more than RESIDENT_MAX pages of the pool
- * are resident, so that a steady workload's samples make no madvise
+ * are resident (RESIDENT_MULTI_MAX for a block of several pages), so that a
+ * steady workload's one-page samples make no madvise
  * (docs/DESIGN.md, "Guarded pool", and "Memory given back": the budget). */
 #include "guard.h"
 
@@ -66,6 +67,11 @@ typedef struct {
 #define AREA_PAGES ((POOL_BYTES - META_BYTES) / HM_PAGE_SIZE)
 #define QUARANTINE_PAGES (AREA_PAGES / 2) /* (given back past RESIDENT_MAX: address space) */
 #define RESIDENT_MAX 512u     /* 2 MiB: the quarantine's and a few live blocks' */
+/* A freed block of more than a page goes back already past this many
+ * resident pages: one-page blocks' quarantine (at most QUARANTINE_RECS
+ * pages) stays, the rare big ones' pages do not (at most MULTI_PER_S calls
+ * a second). */
+#define RESIDENT_MULTI_MAX 160u
 /* Blocks of more than a page: at most MULTI_PER_S a second (a burst of
  * MULTI_BURST), so that their pages' return stays within the system-call
  * budget (docs/DESIGN.md, "Memory given back") however hot the loop. */
@@ -383,7 +389,8 @@ void hm_guard_free(void *p) {
   char *start = area + (size_t)g->page * HM_PAGE_SIZE;
   size_t len = (size_t)g->npages * HM_PAGE_SIZE;
   mprotect(start, len, PROT_NONE);
-  if (meta->n_resident > RESIDENT_MAX && hm_os_purge(start, len) == 0) {
+  unsigned cap = g->npages > 1 ? RESIDENT_MULTI_MAX : RESIDENT_MAX;
+  if (meta->n_resident > cap && hm_os_purge(start, len) == 0) {
     for (uint32_t i = 0; i < g->npages; i++) meta->resident[g->page + i] = 0;
     meta->n_resident -= g->npages;
   }
@@ -395,6 +402,11 @@ void hm_guard_free(void *p) {
   meta->q_pages += g->npages;
   while (meta->q_count > QUARANTINE_RECS || meta->q_pages > QUARANTINE_PAGES) evict_oldest();
   guard_unlock();
+}
+
+size_t hm_guard_resident(int fd) {
+  meta_t *m = atomic_load_explicit((_Atomic(meta_t *) *)&meta, memory_order_acquire);
+  return m != NULL ? hm_os_resident_fd(fd, m, POOL_BYTES) : 0;
 }
 
 size_t hm_guard_usable(void *p, int op) {

@@ -16,6 +16,8 @@ __attribute__((visibility("hidden"))) void hm_guard_init(void);
 __attribute__((visibility("hidden"))) void hm_guard_free(void *p);
 /* Its usable size (0 after reporting a misuse; op: HM_OP_*). */
 __attribute__((visibility("hidden"))) size_t hm_guard_usable(void *p, int op);
+/* The pool's resident bytes, records included (explain.c; fd: pagemap or -1). */
+__attribute__((visibility("hidden"))) size_t hm_guard_resident(int fd);
 /* Its fork handlers (pthread_atfork), registered before src/fork.c's. */
 __attribute__((visibility("hidden"))) void hm_guard_fork_init(void);
 

@@ -1214,8 +1214,8 @@ void hm_heap_flush_foreign(heap_t *h) {
   }
 }
 
-/* Thread exit: the whole pages inside the free blocks of 8 KiB and more
- * (past each block's first EXIT_KEEP bytes: the list link, the free tag,
+/* Thread exit: the whole pages inside free blocks (past each block's
+ * first EXIT_KEEP bytes: the list link, the free tag,
  * secure mode's pattern, big.c's stamp) go back, many ranges a call
  * (hm_os_purge_ranges), within the calls the exit may make
  * (docs/DESIGN.md, "Memory given back"). Nobody will take these blocks
@@ -1243,7 +1243,7 @@ static void exit_give_flush(exit_give_t *g) {
 
 static void exit_give_slab(exit_give_t *g, slab_t *s) {
   uint32_t bs = s->block_size;
-  if (bs < 2 * HM_PAGE_SIZE || s->in_use == SLAB_UNUSED || s->in_use == SLAB_FULL) return;
+  if (bs < HM_PAGE_SIZE + EXIT_KEEP || s->in_use == SLAB_UNUSED || s->in_use == SLAB_FULL) return;
   block_t *lists[2] = {s->free, s->local_free};
   for (unsigned k = 0; k < 2; k++)
     for (block_t *b = lists[k]; b != NULL; b = hm_next_get(s, b)) {

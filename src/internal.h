@@ -419,8 +419,8 @@ HM_HIDDEN bool hm_prof_live_each(void (*fn)(const void *p, size_t n, double weig
  * pagemap over the ranges hakmem maps, so that the parts add up to the
  * total (docs/USING.md, "Statistics"). */
 struct hm_explain {
-  size_t total;                          /* = the six parts below */
-  size_t blocks, free_in_slabs, thread_caches, unused, large_cache, metadata;
+  size_t total;                          /* = the seven parts below */
+  size_t blocks, free_in_slabs, thread_caches, unused, large_cache, guarded_pool, metadata;
   size_t blocks_pool, blocks_large;      /* blocks */
   size_t foreign, empty_slabs;           /* thread_caches */
   size_t unused_slabs, unused_superslabs, unused_reserve, unused_packs; /* unused */

@@ -134,12 +134,12 @@ static void explained_line(hm_line_t *o) {
   const char *const labels[] = {"resident explained: ", " bytes = blocks handed out ", " (pool ", ", large ",
                                 ") + free in slabs in use ", " + thread caches ", " (foreign ", ", empty slabs ",
                                 ") + unused ", " (slabs ", ", empty SuperSlabs ", ", reservation ", ", packs ",
-                                ") + large cache ", " + metadata ", " (SuperSlab headers ", ", pack headers ",
-                                ", heaps and tables ", ", registry ", ")\n"};
+                                ") + large cache ", " + guarded pool ", " + metadata ", " (SuperSlab headers ",
+                                ", pack headers ", ", heaps and tables ", ", registry ", ")\n"};
   const size_t v[] = {e.total, e.blocks, e.blocks_pool, e.blocks_large, e.free_in_slabs, e.thread_caches,
                       e.foreign, e.empty_slabs, e.unused, e.unused_slabs, e.unused_superslabs, e.unused_reserve,
-                      e.unused_packs, e.large_cache, e.metadata, e.meta_headers, e.meta_packs, e.meta_chunks,
-                      e.meta_registry};
+                      e.unused_packs, e.large_cache, e.guarded_pool, e.metadata, e.meta_headers, e.meta_packs,
+                      e.meta_chunks, e.meta_registry};
   _Static_assert(sizeof labels / sizeof labels[0] == sizeof v / sizeof v[0] + 1, "a label before each figure");
   for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
     if (k == 4) blocks_split(o, &e);

@@ -186,6 +186,7 @@ static void explained(json_t *j) {
   num(j, "packs", e.unused_packs);
   close_obj(j);
   num(j, "large_cache", e.large_cache);
+  num(j, "guarded_pool", e.guarded_pool);
   open_obj(j, "metadata");
   num(j, "bytes", e.metadata);
   num(j, "superslab_headers", e.meta_headers);

@@ -241,6 +241,26 @@ int main(int argc, char **argv) {
     }
     reached();
     return 0;
+  } else if (strcmp(c, "resident") == 0) { /* freed multi-page blocks: KiB left resident in PROT_NONE pages */
+    enum { N = 16 }; /* the multi-page burst */
+    static char *ps[N];
+    for (int i = 0; i < N; i++) {
+      ps[i] = malloc(n);
+      if (ps[i] == NULL) return 8;
+      memset(ps[i], 1, n);
+    }
+    for (int i = 0; i < N; i++) free(ps[i]);
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (f == NULL) return 10;
+    char line[512], perm[8] = "";
+    unsigned long kb, total = 0;
+    while (fgets(line, sizeof line, f)) {
+      if (sscanf(line, "%*x-%*x %7s", perm) == 1) continue;
+      if (sscanf(line, "Rss: %lu kB", &kb) == 1 && strcmp(perm, "---p") == 0) total += kb;
+    }
+    fclose(f);
+    printf("%lu\n", total);
+    return 0;
   } else if (strcmp(c, "fork") == 0) { /* a child keeps allocating, guarding, catching */
     char *p = placed(n, 1, how);
     memset(p, 1, n);

@@ -71,7 +71,7 @@ def check(doc, m, what):
     r = doc["resident"]
     parts = {"blocks": r["blocks"]["bytes"], "free_in_slabs": r["free_in_slabs"],
              "thread_caches": r["thread_caches"]["bytes"], "unused": r["unused"]["bytes"],
-             "large_cache": r["large_cache"], "metadata": r["metadata"]["bytes"]}
+             "large_cache": r["large_cache"], "guarded_pool": r["guarded_pool"], "metadata": r["metadata"]["bytes"]}
     if sum(parts.values()) != r["total"]:
         fail("%s: parts %s add up to %d, not the total %d" % (what, parts, sum(parts.values()), r["total"]))
     subs = {"blocks": ("pool", "large"), "thread_caches": ("foreign", "empty_slabs"),

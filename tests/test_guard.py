@@ -69,6 +69,11 @@ elif GROUP == "misc":
     for lane in ("tiny", "big"):
         rc, out, err = run(["full", str(SIZES[lane])])
         check(f"full pool {lane}", rc == 0 and "reached" in out and err == "", rc, out, err)
+    # freed blocks of several pages go back past RESIDENT_MULTI_MAX (160)
+    # resident pages: 16 of 25 pages would otherwise stay (RESIDENT_MAX, 512)
+    rc, out, err = run(["resident", "100000"])
+    got = int(out) if rc == 0 and out.strip().isdigit() else -1
+    check(f"resident: {got} KiB of freed guarded pages resident (at most 1024)", 0 <= got <= 1024, rc, out, err)
     # the sampling rate (at 1000 and above a trading thread's frees onto the
     # list it allocates from are not charged: fewer for tiny blocks handed
     # from thread to thread), within 30% of the 1000 expected (a standard

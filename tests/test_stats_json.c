@@ -225,7 +225,8 @@ int main(int argc, char **argv) {
   (void)blocks;
   size_t parts = field(b, "bytes", NULL) + field(r, "free_in_slabs", NULL) +
                  field(strstr(r, "\"thread_caches\""), "bytes", NULL) + field(strstr(r, "\"unused\""), "bytes", NULL) +
-                 field(r, "large_cache", NULL) + field(strstr(r, "\"metadata\""), "bytes", NULL);
+                 field(r, "large_cache", NULL) + field(r, "guarded_pool", NULL) +
+                 field(strstr(r, "\"metadata\""), "bytes", NULL);
   size_t handed = field(b, "bytes", NULL), live = atomic_load(&live_usable);
   printf("resident total %zu, smaps anonymous %zu (%+.2f%%); blocks %zu, live usable %zu (%+.2f%%)\n", total, anon,
          100.0 * ((double)total - (double)anon) / (double)anon, handed, live,
@@ -263,10 +264,10 @@ int main(int argc, char **argv) {
   fclose(f);
   const char *t = strstr(json, "\nresident explained: ");
   CHECK(t != NULL, "no breakdown line in the text report:\n%s", json);
-  size_t v[6], ttotal = strtoull(t + 21, NULL, 10), tsum = 0;
-  const char *const names[6] = {"= blocks handed out ", "+ free in slabs in use ", "+ thread caches ", "+ unused ",
-                                "+ large cache ", "+ metadata "};
-  for (int k = 0; k < 6; k++) {
+  size_t v[7], ttotal = strtoull(t + 21, NULL, 10), tsum = 0;
+  const char *const names[7] = {"= blocks handed out ", "+ free in slabs in use ", "+ thread caches ", "+ unused ",
+                                "+ large cache ", "+ guarded pool ", "+ metadata "};
+  for (int k = 0; k < 7; k++) {
     const char *p = strstr(t, names[k]);
     CHECK(p != NULL && p < strchr(t + 1, '\n'), "no '%s' in the line: %s", names[k], t);
     v[k] = strtoull(p + strlen(names[k]), NULL, 10);
