@@ -1241,21 +1241,83 @@ static void exit_give_flush(exit_give_t *g) {
   g->n = 0;
 }
 
+/* The last call of an exit that makes one also takes its SuperSlabs'
+ * unused resident slabs, as many ranges as it has room for (no call of
+ * their own: they would otherwise wait for the steps, "Memory given back"). */
+static void exit_give_last(exit_give_t *g, superslab_t *all) {
+  struct {
+    superslab_t *ss;
+    uint32_t bits;
+    unsigned from, to; /* its ranges in g->v */
+  } cl[EXIT_RANGES];
+  unsigned ncl = 0;
+  for (superslab_t *ss = all; ss != NULL && g->n < EXIT_RANGES; ss = ss->all_next) {
+    uint32_t bits = hm_purge_claim(ss, atomic_load(&ss->dirty)), taken = 0;
+    unsigned from = g->n, shift = ss->slab_shift;
+    for (uint32_t rest = bits; rest != 0 && g->n < EXIT_RANGES;) {
+      unsigned i = (unsigned)__builtin_ctz(rest), j = i;
+      while (j + 1 < 32 && (rest & (1u << (j + 1)))) j++;
+      uint32_t run = (uint32_t)(((uint64_t)2 << j) - ((uint64_t)1 << i));
+      char *a = (char *)ss + ((size_t)i << shift) + (i == 0 ? SS_HEADER_SIZE : 0);
+      g->v[g->n++] = (struct iovec){a, (size_t)(((size_t)(j + 1) << shift) - ((size_t)i << shift)) - (i == 0 ? SS_HEADER_SIZE : 0)};
+      taken |= run;
+      rest &= ~run;
+    }
+    hm_purge_claimed_settle(ss, bits & ~taken, false); /* (no room left for them) */
+    if (taken != 0) cl[ncl++] = (__typeof__(cl[0])){ss, taken, from, g->n};
+  }
+  long r = hm_os_purge_ranges(g->v, g->n);
+  size_t upto = 0, done = r > 0 ? (size_t)r : 0;
+  bool ok[EXIT_RANGES];
+  for (unsigned k = 0; k < g->n; k++) ok[k] = r >= 0 && (upto += g->v[k].iov_len) <= done;
+  for (unsigned c = 0; c < ncl; c++) {
+    bool given = true;
+    for (unsigned k = cl[c].from; k < cl[c].to; k++) given &= ok[k];
+    hm_purge_claimed_settle(cl[c].ss, cl[c].bits, given);
+  }
+  if (r >= 0) {
+    g->calls++;
+    g->bytes += (size_t)r;
+  }
+  g->n = 0;
+}
+
+/* A free block of bs bytes: its whole pages past EXIT_KEEP. false: no
+ * call left for them. */
+static bool exit_give_block(exit_give_t *g, const block_t *b, uint32_t bs) {
+  uintptr_t from = ((uintptr_t)b + EXIT_KEEP + HM_PAGE_SIZE - 1) & ~(uintptr_t)(HM_PAGE_SIZE - 1);
+  uintptr_t to = ((uintptr_t)b + bs) & ~(uintptr_t)(HM_PAGE_SIZE - 1);
+  if (to <= from) return true;
+  if (g->n == EXIT_RANGES) {
+    if (g->calls == g->max_calls || !hm_os_purge_ranges_ok()) return false;
+    exit_give_flush(g);
+  }
+  g->v[g->n++] = (struct iovec){(void *)from, to - from};
+  return true;
+}
+
 static void exit_give_slab(exit_give_t *g, slab_t *s) {
   uint32_t bs = s->block_size;
   if (bs < HM_PAGE_SIZE + EXIT_KEEP || s->in_use == SLAB_UNUSED || s->in_use == SLAB_FULL) return;
   block_t *lists[2] = {s->free, s->local_free};
   for (unsigned k = 0; k < 2; k++)
-    for (block_t *b = lists[k]; b != NULL; b = hm_next_get(s, b)) {
-      uintptr_t from = ((uintptr_t)b + EXIT_KEEP + HM_PAGE_SIZE - 1) & ~(uintptr_t)(HM_PAGE_SIZE - 1);
-      uintptr_t to = ((uintptr_t)b + bs) & ~(uintptr_t)(HM_PAGE_SIZE - 1);
-      if (to <= from) continue;
-      if (g->n == EXIT_RANGES) {
-        if (g->calls == g->max_calls || !hm_os_purge_ranges_ok()) return;
-        exit_give_flush(g);
-      }
-      g->v[g->n++] = (struct iovec){(void *)from, to - from};
-    }
+    for (block_t *b = lists[k]; b != NULL; b = hm_next_get(s, b))
+      if (!exit_give_block(g, b, bs)) return;
+}
+
+/* The blocks of other threads' slabs in the foreign caches, before they go
+ * back (then their owners, or adopters, may take them at once); those of
+ * an exited owner would otherwise be given back by nobody. */
+static void exit_give_foreign(exit_give_t *g, heap_t *h) {
+  for (unsigned c = 0; c < NUM_CLASSES; c++) {
+    uint32_t bs = hm_class_size[c];
+    if (bs < HM_PAGE_SIZE + EXIT_KEEP) continue;
+    block_t *lists[2] = {h->foreign[c].free, hm_sample_active ? h->fc_serve[c].free : NULL};
+    for (unsigned k = 0; k < 2; k++)
+      for (block_t *b = lists[k]; b != NULL; b = b->next)
+        if (!exit_give_block(g, b, bs)) return;
+  }
+  if (g->calls < g->max_calls) exit_give_flush(g);
 }
 
 /* Thread exit: free what is free, leave the rest to be adopted. Blocks in
@@ -1266,6 +1328,7 @@ void hm_heap_thread_exit(heap_t *h) {
   give.n = give.calls = 0;
   give.bytes = 0;
   give.max_calls = hm_os_purge_ranges_ok() ? hm_purge_exit_calls() : 0;
+  if (give.max_calls != 0 && h != &hm_empty_heap) exit_give_foreign(&give, h);
   hm_heap_flush_foreign(h);
   hm_tls_heap = &hm_empty_heap;
   hm_tls_free_id = (uintptr_t)&hm_empty_heap;
@@ -1299,7 +1362,7 @@ void hm_heap_thread_exit(heap_t *h) {
     for (unsigned i = 0; i < ss->nslabs && give.calls < give.max_calls; i++) exit_give_slab(&give, &ss->slabs[i]);
   }
   /* (before any SuperSlab is abandoned: then another thread may adopt it) */
-  if (give.calls < give.max_calls) exit_give_flush(&give);
+  if (give.calls < give.max_calls && give.n != 0) exit_give_last(&give, h->all);
   for (superslab_t *ss = h->all; ss != NULL; ss = next) {
     next = ss->all_next;
     if (ss->on_partial) partial_unlink(h, ss);

@@ -200,9 +200,12 @@ HM_HIDDEN size_t hm_purge_ss_now(superslab_t *ss);
  * *next_due lowered to when the next becomes idle long enough. */
 HM_HIDDEN uint32_t hm_purge_idle_slabs(superslab_t *ss, uint32_t now_ms, uint32_t delay_ms, uint64_t *next_due);
 /* Claim the unused, resident slabs of `want` for purging; returns those
- * claimed. hm_purge_claimed gives them back; returns the bytes. */
+ * claimed. hm_purge_claimed gives them back; returns the bytes. A caller
+ * that gives them back itself (many ranges a call) settles them after:
+ * given, or put back as unused and resident. */
 HM_HIDDEN uint32_t hm_purge_claim(superslab_t *ss, uint32_t want);
 HM_HIDDEN size_t hm_purge_claimed(superslab_t *ss, uint32_t bits);
+HM_HIDDEN void hm_purge_claimed_settle(superslab_t *ss, uint32_t bits, bool given);
 HM_HIDDEN size_t hm_purge_claimed_bytes(const superslab_t *ss, uint32_t bits);
 HM_HIDDEN size_t hm_purge_dirty_bytes(void);   /* unused slabs still resident, all SuperSlabs */
 

@@ -57,14 +57,24 @@ size_t hm_purge_claimed(superslab_t *ss, uint32_t bits) {
     hm_os_purge(a, (size_t)(b - a));
     rest &= ~(uint32_t)(((uint64_t)2 << j) - ((uint64_t)1 << i));
   }
+  hm_purge_claimed_settle(ss, bits, true);
+  return hm_purge_claimed_bytes(ss, bits);
+}
+
+void hm_purge_claimed_settle(superslab_t *ss, uint32_t bits, bool given) {
+  if (bits == 0) return;
   size_t bytes = hm_purge_claimed_bytes(ss, bits);
-  uint32_t now_ms = ms_of(hm_now_ns()); /* while purged, idle_ms says since when */
-  for (uint32_t b = bits; b != 0; b &= b - 1)
-    atomic_store_explicit(&ss->idle_ms[__builtin_ctz(b)], now_ms, memory_order_relaxed);
-  atomic_fetch_or(&ss->purged, bits);
-  hm_os_purged_add(bytes);
+  if (given) {
+    uint32_t now_ms = ms_of(hm_now_ns()); /* while purged, idle_ms says since when */
+    for (uint32_t b = bits; b != 0; b &= b - 1)
+      atomic_store_explicit(&ss->idle_ms[__builtin_ctz(b)], now_ms, memory_order_relaxed);
+    atomic_fetch_or(&ss->purged, bits);
+    hm_os_purged_add(bytes);
+  } else {
+    atomic_fetch_add_explicit(&dirty_bytes, bytes, memory_order_relaxed);
+    atomic_fetch_or(&ss->dirty, bits);
+  }
   atomic_fetch_and(&ss->purging, ~bits);
-  return bytes;
 }
 
 void hm_purge_slab_unused(superslab_t *ss, unsigned i) {

@@ -54,6 +54,13 @@
  *              bytes resident, the live ones all, and the blocks work when
  *              taken again (skipped where the kernel's
  *              process_madvise cannot advise the calling process)
+ *   exit_unused HAKMEM_PURGE_DELAY_MS=60000: a thread empties a slab of 48 B
+ *              blocks beside a live block and leaves free 20 KiB blocks;
+ *              the call its exit makes for those takes the emptied slab's
+ *              pages too (skipped as exit_blocks)
+ *   exit_foreign HAKMEM_PURGE_DELAY_MS=60000: thread A's blocks of 20 KiB,
+ *              freed by B into its foreign cache; A exits, then B: B's exit
+ *              gives back their inner pages (skipped as exit_blocks)
  *   ranges_seccomp HAKMEM_PURGE_DELAY_MS=60000: under a seccomp filter that
  *              kills the process on process_madvise (as systemd's
  *              SystemCallFilter= does with calls it does not list), the
@@ -1081,6 +1088,105 @@ static void t_exit_blocks(size_t size) {
   for (int i = 1; i < EB_N; i += 2) free(eb_blocks[i]);
 }
 
+/* exit_unused: a thread's slab of 48-byte blocks, all freed, beside a live
+ * block of another class (so the SuperSlab stays in use), and every other
+ * of 64 blocks of 20 KiB freed (so the exit makes a call): the exit's call
+ * takes the emptied slab's pages too. */
+enum { EU_N = 1000 };
+static char *eu_small[EU_N], *eu_live;
+
+static void *exit_unused_thread(void *arg) {
+  (void)arg;
+  eu_live = malloc(64);
+  CHECK(eu_live, "malloc");
+  memset(eu_live, 0x55, 64);
+  for (int i = 0; i < EU_N; i++) {
+    eu_small[i] = malloc(48);
+    CHECK(eu_small[i], "malloc");
+    memset(eu_small[i], 0x66, 48);
+  }
+  for (int i = 0; i < EU_N; i++) free(eu_small[i]);
+  return exit_blocks_thread(NULL);
+}
+
+static void t_exit_unused(void) {
+  if (!ranges_supported()) {
+    printf("exit_unused: process_madvise cannot advise this process (Linux 6.13): skipped\n");
+    exit(77);
+  }
+  eb_size = 20 * 1024;
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, exit_unused_thread, NULL) == 0, "pthread_create");
+  pthread_join(t, NULL);
+  /* the whole pages the freed small blocks covered, past the first */
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (int i = 0; i < EU_N; i++) {
+    if ((uintptr_t)eu_small[i] < lo) lo = (uintptr_t)eu_small[i];
+    if ((uintptr_t)eu_small[i] + 48 > hi) hi = (uintptr_t)eu_small[i] + 48;
+  }
+  lo = (lo + 4095) & ~(uintptr_t)4095;
+  hi &= ~(uintptr_t)4095;
+  CHECK(hi > lo && hi - lo < (64u << 10), "the small blocks lie in one slab (%#lx..%#lx)", (unsigned long)lo,
+        (unsigned long)hi);
+  size_t r = resident_pages((void *)lo, hi - lo);
+  printf("exit_unused: the emptied slab keeps %zu of its %zu whole pages resident\n", r, (size_t)(hi - lo) / 4096);
+  CHECK(r == 0, "the emptied slab keeps %zu pages resident", r);
+  CHECK(eu_live[0] == 0x55 && eu_live[63] == 0x55, "the live block changed");
+  free(eu_live);
+  for (int i = 1; i < EB_N; i += 2) free(eb_blocks[i]);
+}
+
+/* exit_foreign: thread A's two blocks of 20 KiB, freed by thread B (into
+ * B's foreign cache); A exits, then B: B's exit gives back their inner
+ * pages before it sends them home to A's abandoned SuperSlab. */
+enum { EF_N = 2, EF_SIZE = 20 * 1024 };
+static char *ef_blocks[EF_N];
+static pthread_barrier_t ef_bar;
+
+static void *exit_foreign_a(void *arg) {
+  (void)arg;
+  for (int i = 0; i < EF_N; i++) {
+    ef_blocks[i] = malloc(EF_SIZE);
+    CHECK(ef_blocks[i], "malloc");
+    memset(ef_blocks[i], 0x42, EF_SIZE);
+  }
+  pthread_barrier_wait(&ef_bar); /* B frees them */
+  pthread_barrier_wait(&ef_bar);
+  return NULL;
+}
+
+static void *exit_foreign_b(void *arg) {
+  pthread_t *a = arg;
+  char *mine = malloc(EF_SIZE); /* (B has a heap of its own) */
+  CHECK(mine, "malloc");
+  pthread_barrier_wait(&ef_bar);
+  for (int i = 0; i < EF_N; i++) free(ef_blocks[i]);
+  pthread_barrier_wait(&ef_bar);
+  pthread_join(*a, NULL); /* A has exited */
+  free(mine);
+  return NULL;
+}
+
+static void t_exit_foreign(void) {
+  if (!ranges_supported()) {
+    printf("exit_foreign: process_madvise cannot advise this process (Linux 6.13): skipped\n");
+    exit(77);
+  }
+  pthread_t a, b;
+  CHECK(pthread_barrier_init(&ef_bar, NULL, 2) == 0, "barrier");
+  CHECK(pthread_create(&a, NULL, exit_foreign_a, NULL) == 0, "pthread_create");
+  CHECK(pthread_create(&b, NULL, exit_foreign_b, &a) == 0, "pthread_create");
+  pthread_join(b, NULL);
+  size_t r = 0;
+  for (int i = 0; i < EF_N; i++) {
+    uintptr_t from = ((uintptr_t)ef_blocks[i] + 72 + 4095) & ~(uintptr_t)4095;
+    uintptr_t to = ((uintptr_t)ef_blocks[i] + EF_SIZE) & ~(uintptr_t)4095;
+    r += resident_pages((void *)from, to - from);
+  }
+  printf("exit_foreign: %d blocks another thread freed: %zu inner pages resident\n", EF_N, r);
+  CHECK(r == 0, "%zu inner pages of the foreign-freed blocks stay resident", r);
+}
+
 static size_t os_calls_now(void) {
   struct hak_os_stats s;
   hak_os_stats_get(&s);
@@ -1204,6 +1310,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(m, "big_idle")) t_big_idle(argc > 2 && !strcmp(argv[2], "given"));
   else if (!strcmp(m, "exit_now")) t_exit_now();
   else if (!strcmp(m, "exit_shared")) t_exit_shared(argc > 2 && !strcmp(argv[2], "ranges"));
+  else if (!strcmp(m, "exit_unused")) t_exit_unused();
+  else if (!strcmp(m, "exit_foreign")) t_exit_foreign();
   else if (!strcmp(m, "exit_blocks")) t_exit_blocks(argc > 2 ? strtoul(argv[2], NULL, 0) : 20 * 1024);
   else if (!strcmp(m, "ranges_seccomp")) t_ranges_seccomp();
   else if (!strcmp(m, "pack_idle")) t_pack_idle();
