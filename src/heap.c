@@ -1259,7 +1259,8 @@ static void exit_give_last(exit_give_t *g, superslab_t *all) {
       while (j + 1 < 32 && (rest & (1u << (j + 1)))) j++;
       uint32_t run = (uint32_t)(((uint64_t)2 << j) - ((uint64_t)1 << i));
       char *a = (char *)ss + ((size_t)i << shift) + (i == 0 ? SS_HEADER_SIZE : 0);
-      g->v[g->n++] = (struct iovec){a, (size_t)(((size_t)(j + 1) << shift) - ((size_t)i << shift)) - (i == 0 ? SS_HEADER_SIZE : 0)};
+      char *b = (char *)ss + ((size_t)(j + 1) << shift);
+      g->v[g->n++] = (struct iovec){a, (size_t)(b - a)};
       taken |= run;
       rest &= ~run;
     }
