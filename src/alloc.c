@@ -96,9 +96,6 @@ void *hak_realloc(void *p, size_t n) {
   if (hm_reg_large(k) && !sampled) return hm_large_realloc(p, n);
   /* Keep the block when it fits and would not waste more than half. */
   if (n <= old && (old <= 256 || n >= old / 2) && !sampled) return p;
-  /* A move of more than 64 KiB goes to a pack when packs are on: the copy
-   * touches every page it fills, and a pack reuses pages one by one, where
-   * a pool block keeps them for good (docs/DESIGN.md, "Large lane"). */
   /* Grown by a little: a quarter more room for the next steps, but not past
    * the power of two above n, where programs cap what they grow (redis's
    * 8 KiB listpacks; docs/DESIGN.md, "realloc"). */
@@ -106,6 +103,9 @@ void *hak_realloc(void *p, size_t n) {
     size_t room = old + old / 4, pow2 = (size_t)1 << (64 - __builtin_clzll((unsigned long long)n - 1));
     n = room < pow2 ? room : pow2;
   }
+  /* A move of more than 64 KiB goes to a pack when packs are on: the copy
+   * touches every page it fills, and a pack reuses pages one by one, where
+   * a pool block keeps them for good (docs/DESIGN.md, "Large lane"). */
   void *q = n > REALLOC_PACK_MIN && hm_pack_enabled() ? hm_large_alloc(n, 0) : hm_malloc(n);
   if (q == NULL) return NULL; /* errno is ENOMEM; p is untouched */
   memcpy(q, p, n < old ? n : old);
