@@ -1252,18 +1252,9 @@ static void exit_give_last(exit_give_t *g, superslab_t *all) {
   } cl[EXIT_RANGES];
   unsigned ncl = 0;
   for (superslab_t *ss = all; ss != NULL && g->n < EXIT_RANGES; ss = ss->all_next) {
-    uint32_t bits = hm_purge_claim(ss, atomic_load(&ss->dirty)), taken = 0;
-    unsigned from = g->n, shift = ss->slab_shift;
-    for (uint32_t rest = bits; rest != 0 && g->n < EXIT_RANGES;) {
-      unsigned i = (unsigned)__builtin_ctz(rest), j = i;
-      while (j + 1 < 32 && (rest & (1u << (j + 1)))) j++;
-      uint32_t run = (uint32_t)(((uint64_t)2 << j) - ((uint64_t)1 << i));
-      char *a = (char *)ss + ((size_t)i << shift) + (i == 0 ? SS_HEADER_SIZE : 0);
-      char *b = (char *)ss + ((size_t)(j + 1) << shift);
-      g->v[g->n++] = (struct iovec){a, (size_t)(b - a)};
-      taken |= run;
-      rest &= ~run;
-    }
+    uint32_t bits = hm_purge_claim(ss, atomic_load(&ss->dirty));
+    unsigned from = g->n;
+    uint32_t taken = hm_purge_claimed_ranges(ss, bits, g->v, &g->n, EXIT_RANGES);
     hm_purge_claimed_settle(ss, bits & ~taken, false); /* (no room left for them) */
     if (taken != 0) cl[ncl++] = (__typeof__(cl[0])){ss, taken, from, g->n};
   }

@@ -206,6 +206,10 @@ HM_HIDDEN uint32_t hm_purge_idle_slabs(superslab_t *ss, uint32_t now_ms, uint32_
 HM_HIDDEN uint32_t hm_purge_claim(superslab_t *ss, uint32_t want);
 HM_HIDDEN size_t hm_purge_claimed(superslab_t *ss, uint32_t bits);
 HM_HIDDEN void hm_purge_claimed_settle(superslab_t *ss, uint32_t bits, bool given);
+/* The ranges of claimed slabs `bits` (adjacent ones as one; the header page
+ * before slab 0 left out) appended to v[*n..max); returns the bits taken. */
+HM_HIDDEN uint32_t hm_purge_claimed_ranges(const superslab_t *ss, uint32_t bits, struct iovec *v, unsigned *n,
+                                           unsigned max);
 HM_HIDDEN size_t hm_purge_claimed_bytes(const superslab_t *ss, uint32_t bits);
 HM_HIDDEN size_t hm_purge_dirty_bytes(void);   /* unused slabs still resident, all SuperSlabs */
 

@@ -10,6 +10,7 @@
  * A SuperSlab goes to the backend only after its bits are taken back
  * (hm_purge_ss_leave), so one being purged is never unmapped or reused. */
 #include <sched.h>
+#include <sys/uio.h>
 
 #include "internal.h"
 
@@ -44,19 +45,28 @@ uint32_t hm_purge_claim(superslab_t *ss, uint32_t want) {
 
 /* Give back the claimed slabs `bits` of ss, adjacent ones in one call (the
  * header page before slab 0 stays), then let the owner have them again. */
-size_t hm_purge_claimed(superslab_t *ss, uint32_t bits) {
-  if (bits == 0) return 0;
+uint32_t hm_purge_claimed_ranges(const superslab_t *ss, uint32_t bits, struct iovec *v, unsigned *n, unsigned max) {
   unsigned shift = ss->slab_shift;
-  uint32_t rest = bits;
-  while (rest != 0) {
-    unsigned i = (unsigned)__builtin_ctz(rest);
-    unsigned j = i;
+  uint32_t taken = 0;
+  for (uint32_t rest = bits; rest != 0 && *n < max;) {
+    unsigned i = (unsigned)__builtin_ctz(rest), j = i;
     while (j + 1 < 32 && (rest & (1u << (j + 1)))) j++;
+    uint32_t run = (uint32_t)(((uint64_t)2 << j) - ((uint64_t)1 << i));
     char *a = (char *)ss + ((size_t)i << shift) + (i == 0 ? SS_HEADER_SIZE : 0);
     char *b = (char *)ss + ((size_t)(j + 1) << shift);
-    hm_os_purge(a, (size_t)(b - a));
-    rest &= ~(uint32_t)(((uint64_t)2 << j) - ((uint64_t)1 << i));
+    v[(*n)++] = (struct iovec){a, (size_t)(b - a)};
+    taken |= run;
+    rest &= ~run;
   }
+  return taken;
+}
+
+size_t hm_purge_claimed(superslab_t *ss, uint32_t bits) {
+  if (bits == 0) return 0;
+  struct iovec v[16]; /* (at most 16 runs of 32 bits) */
+  unsigned n = 0;
+  hm_purge_claimed_ranges(ss, bits, v, &n, 16);
+  for (unsigned k = 0; k < n; k++) hm_os_purge(v[k].iov_base, v[k].iov_len);
   hm_purge_claimed_settle(ss, bits, true);
   return hm_purge_claimed_bytes(ss, bits);
 }
