@@ -74,7 +74,7 @@ static uint32_t stamp_get(block_t *b) {
  * if it is the head). */
 static unsigned idle_top(slab_t *s, uint32_t look, block_t **lowest, block_t **before) {
   if (s->carved == 0) return 0;
-  uint32_t bs = s->block_size;
+  uint32_t bs = hm_slab_bs(s);
   char *top = hm_slab_start(s) + (size_t)(s->carved - 1) * bs;
   unsigned run = 0;
   block_t *prev = NULL;
@@ -110,9 +110,9 @@ static void big_look(heap_t *h, uint64_t now) {
     if (hm_class_kind[c] != KIND_BIG || s == &hm_empty_slab || s->in_use != SLAB_ACTIVE) continue;
     block_t *low = NULL, *before = NULL;
     unsigned n = idle_top(s, look, &low, &before);
-    if (n > 0 && (size_t)n * s->block_size > best_bytes) {
+    if (n > 0 && (size_t)n * hm_slab_bs(s) > best_bytes) {
       best = s, best_low = low, best_before = before, best_n = n;
-      best_bytes = (size_t)n * s->block_size;
+      best_bytes = (size_t)n * hm_slab_bs(s);
     }
   }
   uint64_t last = atomic_load_explicit(&last_give_ns, memory_order_relaxed);
@@ -150,7 +150,7 @@ size_t hm_big_collect(heap_t *h) {
       for (block_t *b = lists[k]; b != NULL; b = hm_next_get(s, b)) {
         if (stamp_get(b) == STAMP_COLLECTED) continue;
         uintptr_t from = ((uintptr_t)b + BIG_STAMP_OFF + sizeof(uint64_t) + HM_PAGE_SIZE - 1) & ~(uintptr_t)(HM_PAGE_SIZE - 1);
-        uintptr_t to = ((uintptr_t)b + s->block_size) & ~(uintptr_t)(HM_PAGE_SIZE - 1);
+        uintptr_t to = ((uintptr_t)b + hm_slab_bs(s)) & ~(uintptr_t)(HM_PAGE_SIZE - 1);
         if (to > from) {
           if (hm_os_purge((void *)from, to - from) != 0) continue; /* (the next collect tries again) */
           bytes += to - from;

@@ -59,7 +59,7 @@ HM_INLINE void hm_shape_set_carved(slab_shape_t *sh, unsigned n) {
 /* The carved count, as the slab keeps it and as every free checks it. */
 HM_INLINE void hm_slab_set_carved(slab_t *s, unsigned n) {
   s->carved = (uint16_t)n;
-  s->limit = hm_check_limit(s->block_size, n);
+  s->limit = hm_check_limit(hm_slab_bs(s), n);
   hm_shape_set_carved(hm_shape_of(s), n);
 }
 #ifdef HAKMEM_SECURE
@@ -90,7 +90,7 @@ HM_INLINE void hm_secure_fill(uint32_t block_size, void *p) {
 HM_INLINE bool hm_secure_intact(const slab_t *s, const block_t *b) {
   const char *c = (const char *)b;
   unsigned eq;
-  if (HM_FILL_BYTES > 16 && likely(s->block_size >= HM_FILL_BYTES)) {
+  if (HM_FILL_BYTES > 16 && likely(hm_slab_bs(s) >= HM_FILL_BYTES)) {
     __m128i x = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(c + 8)), hm_fill_lane);
     for (unsigned off = 16; off < HM_FILL_BYTES; off += 16)
       x = _mm_and_si128(x, _mm_cmpeq_epi8(_mm_load_si128((const __m128i *)(c + off)), hm_fill_lane));
@@ -198,6 +198,6 @@ HM_INLINE bool hm_block_mark_free(const slab_shape_t *sh, const slab_t *s, void 
 }
 /* by the slab's owner: the block check from its descriptor */
 HM_INLINE bool hm_block_mark_free_own(const slab_t *s, void *p) {
-  return HM_MARK_FREE(hm_slab_holds_own(s, p), s->block_size, hm_free_tag_of(s), p);
+  return HM_MARK_FREE(hm_slab_holds_own(s, p), hm_slab_bs(s), hm_free_tag_of(s), p);
 }
 #endif /* HAKMEM_BLOCK_H */

@@ -58,10 +58,35 @@ enum { HM_DIRECT_SPAN = 4 };
 _Static_assert(DIRECT_MAX <= 1024, "8 classes per power of two: at most 4 granules a class up to 1 KiB");
 static uint8_t direct_gran[NUM_CLASSES][HM_DIRECT_SPAN];
 
+/* The credit of s, the current slab of its class (hm_free_push_own), given
+ * back to the class's countdown; s then holds `to` (0: none until its next
+ * free arms it; HM_CREDIT_OFF: not current). */
+static void credit_drop(heap_t *h, slab_t *s, uint16_t to) {
+  if (s == &hm_empty_slab) return;
+  if (s->credit <= HM_CREDIT_MAX) {
+    int64_t *left = &h->sample_left[s->cls];
+    if (*left <= INT64_MAX - s->credit) *left += s->credit;
+  }
+  s->credit = to;
+}
+
 /* Make s the current slab of class c, in cur[] and, for a class of direct sizes, in
  * every hm_tls_direct[] granule of that class. h: the calling thread's heap
  * (or the one it is giving up, hm_heap_thread_exit). */
-static void heap_set_cur(heap_t *h, unsigned c, slab_t *s) {
+HM_INLINE void heap_set_cur(heap_t *h, unsigned c, slab_t *s) {
+  /* The credit (hm_free_push_own) goes with the class's current slab (the
+   * foreign cache holds it too: no owner's free reaches it), given back
+   * to the countdown only while the class has none. */
+  slab_t *old = h->cur[c];
+  uint16_t credit = 0;
+  if (old != &hm_empty_slab) {
+    credit = old->credit <= HM_CREDIT_MAX ? old->credit : 0;
+    old->credit = HM_CREDIT_OFF;
+  }
+  if (s != &hm_empty_slab)
+    s->credit = credit; /* (0: its first free takes one) */
+  else if (credit != 0 && h->sample_left[c] <= INT64_MAX - credit)
+    h->sample_left[c] += credit;
   h->cur[c] = s;
   const uint8_t *g = direct_gran[c];
   slab_t **d = hm_tls_direct;
@@ -134,8 +159,8 @@ void hm_check_block(const slab_t *s, const void *p) {
   if (s->in_use == SLAB_FOREIGN) s = hm_slab_of(hm_ss_of(p), p);
   uintptr_t a = (uintptr_t)p, st = (uintptr_t)hm_slab_start(s);
   HM_ASSERT(s->in_use != SLAB_UNUSED);
-  HM_ASSERT(a >= st && a < st + (uintptr_t)s->carved * s->block_size);
-  HM_ASSERT((a - st) % s->block_size == 0);
+  HM_ASSERT(a >= st && a < st + (uintptr_t)s->carved * hm_slab_bs(s));
+  HM_ASSERT((a - st) % hm_slab_bs(s) == 0);
 }
 
 static uint32_t check_list(const slab_t *s, const block_t *b) {
@@ -157,7 +182,7 @@ void hm_check_slab(const slab_t *s) {
     return;
 #endif
   HM_ASSERT(s->in_use != SLAB_UNUSED);
-  HM_ASSERT(s->block_size == hm_class_size[s->cls]);
+  HM_ASSERT(hm_slab_bs(s) == hm_class_size[s->cls]);
   HM_ASSERT(s->carved <= s->capacity);
   /* blocks on the remote list still count as used */
   if (s->in_use == SLAB_FULL) {
@@ -180,7 +205,9 @@ static void slab_set_class(slab_t *s, unsigned cls) {
   for (int i = 0; i < 5; i++) inv *= 2u - m * inv;
   HM_ASSERT(m * inv == 1u && k >= 4 && k < 32);
   s->cls = (uint8_t)cls;
+#ifdef HAKMEM_SECURE
   s->block_size = d;
+#endif
   slab_shape_t *sh = hm_shape_of(s);
   /* Clears SLAB_CLS_CACHED: an unused slab has no block in any foreign
    * cache. (A plain store: no block of the slab is out, so no other thread
@@ -234,7 +261,7 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
   s->used = 0;
   ss->shape[i].carved_kept = 0;
   slab_set_class(s, cls);
-  s->capacity = (uint16_t)(bytes / s->block_size);
+  s->capacity = (uint16_t)(bytes / hm_slab_bs(s));
   hm_slab_set_carved(s, 0);
   s->in_use = SLAB_ACTIVE;
   s->start_lo = ss->shape[i].start_lo = (uint32_t)(uintptr_t)start;
@@ -315,7 +342,7 @@ static void slab_collect_remote(slab_t *s) {
  * much of the big slabs: docs/DESIGN.md, "Slabs".) */
 #define CARVE_LEAST_BYTES ((uint32_t)64 << 10)
 static void slab_carve(slab_t *s) {
-  uint32_t bs = s->block_size;
+  uint32_t bs = hm_slab_bs(s);
   uint32_t n = s->capacity - s->carved;
   uint32_t bytes = (uint32_t)hm_opt[HM_OPT_CARVE_BYTES];
   uint32_t least = bs <= CARVE_LEAST_BYTES / 4 ? 4 : bs < CARVE_LEAST_BYTES ? CARVE_LEAST_BYTES / bs : 1;
@@ -630,6 +657,7 @@ static slab_t *heap_new_slab(heap_t *h, unsigned c) {
 static HM_NOINLINE void *heap_sample_serve(heap_t *h, unsigned c, size_t n) {
   uint32_t bs = hm_class_size[c];
   if (n == 0) n = hm_sample_tls.req != 0 ? hm_sample_tls.req : bs;
+  credit_drop(h, h->cur[c], 0); /* (a credit was charged to the old countdown) */
   h->sample_left[c] = hm_sample_class_draw(c);
   return hm_sample_serve(hm_sample_class_fire(c), n, 0, bs);
 }
@@ -660,10 +688,12 @@ static block_t *list_cut(slab_t *s, block_t *b, uint32_t keep) {
  * line: it would cost heap_alloc registers. */
 static HM_NOINLINE void *heap_sample_install(heap_t *h, slab_t *s) {
   unsigned c = s->cls;
-  if (s->block_size > MEDIUM_MAX) { /* (big classes: charged per call) */
+  credit_drop(h, s, 0); /* (its frees' mallocs to come: the countdown's again) */
+  if (hm_slab_bs(s) > MEDIUM_MAX) { /* (big classes: charged per call) */
     h->sample_left[c] = INT64_MAX;
   } else {
     int64_t k = h->sample_left[c] + (int64_t)(s->carved - s->used);
+    if (k > (int64_t)(s->carved - s->used)) return slab_take(h, s, c); /* (the credit given back) */
     if (k <= 1) {
       h->sample_left[c] = k;
       s->local_free = s->free; /* (charged at its swap) */
@@ -889,7 +919,9 @@ static void heap_reset(heap_t *h) {
     memset(f, 0, sizeof *f);
     f->in_use = SLAB_FOREIGN;
     f->cls = (uint8_t)c;
+#ifdef HAKMEM_SECURE
     f->block_size = hm_class_size[c];
+#endif
     f->capacity = (uint16_t)foreign_cap(c);
     f->used = (uint16_t)(f->capacity + 1);
     f->own_id = fc_idle_id(h);
@@ -900,6 +932,7 @@ static void heap_reset(heap_t *h) {
   h->fc_stand_in.used = 1;
   h->fc_stand_in.own_id = fc_idle_id(h);
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
+    h->cur[c] = &hm_empty_slab; /* (a reused heap's: another thread's old slabs, no credit given back) */
     heap_set_cur(h, c, &hm_empty_slab);
     h->avail[c] = h->avail_tail[c] = h->sparse[c] = NULL;
   }
@@ -951,6 +984,7 @@ static heap_t *heap_for_thread(void) {
  * that malloc comes back here (docs/DESIGN.md, "Sampling"). */
 void *hm_sample_swap(heap_t *h, slab_t *s, size_t n) {
   unsigned c = s->cls;
+  credit_drop(h, s, 0); /* (its frees' mallocs to come: the countdown's again) */
   int64_t k = h->sample_left[c] + (int64_t)(s->carved - s->used);
   if (k <= 1) {
     h->sample_left[c] = k;
@@ -962,8 +996,13 @@ void *hm_sample_swap(heap_t *h, slab_t *s, size_t n) {
     return p;
   }
   block_t *b = s->local_free;
-  s->local_free = list_cut(s, b, (uint32_t)k - 1);
-  h->sample_left[c] = 1;
+  if (k > (int64_t)(s->carved - s->used)) { /* (the credit given back: the whole list) */
+    k = s->carved - s->used;
+    s->local_free = NULL;
+  } else {
+    s->local_free = list_cut(s, b, (uint32_t)k - 1);
+    h->sample_left[c] = 1;
+  }
   HM_STAT_REFILL(h, HM_REFILL_LOCAL, (uint32_t)k - 1);
   block_t *next = hm_next_get(s, b);
   s->free = next;
@@ -1057,6 +1096,36 @@ static void slab_emptied(heap_t *h, slab_t *s) {
   slab_unlist(h, s);
   h->spare[c] = s;
   h->emptied_cur[c / 64] |= (uint64_t)1 << (c % 64);
+}
+
+/* The free of b, a block of s, whose credit ran out (or that holds none)
+ * or that emptied or was FULL (hm_free_push_own; used counted). The
+ * current slab takes a new credit from the class's countdown: while none
+ * is left (a sampled malloc due), its owner's frees go on local_free, whose
+ * swap charges them and serves the sample in place (hm_sample_swap). */
+void hm_free_own_slow(block_t *b, slab_t *s, heap_t *h) {
+  bool on_free = true;
+  if (s->credit == HM_CREDIT_OFF) { /* (it was 0; a slab not current counts down from HM_CREDIT_OFF) */
+    if (h->cur[s->cls] != s) {
+      s->credit = HM_CREDIT_OFF;
+    } else {
+      /* (a small credit: the lists installed meanwhile find the countdown
+       * not spent by it) */
+      int64_t *left = &h->sample_left[s->cls];
+      int64_t k = *left - 1 < HM_CREDIT_TAKE ? *left - 1 : HM_CREDIT_TAKE;
+      on_free = k > 0;
+      if (on_free) *left -= k; /* (b's malloc included) */
+      s->credit = on_free ? (uint16_t)(k - 1) : 0;
+    }
+  }
+  if (on_free) {
+    hm_next_set(s, b, s->free);
+    s->free = b;
+  } else {
+    hm_next_set(s, b, s->local_free);
+    s->local_free = b;
+  }
+  if (s->used == 0) hm_free_local_slow(h, s);
 }
 
 /* The fast path of free saw the slab emptied or FULL. */
@@ -1289,7 +1358,7 @@ static bool exit_give_block(exit_give_t *g, const block_t *b, uint32_t bs) {
 }
 
 static void exit_give_slab(exit_give_t *g, slab_t *s) {
-  uint32_t bs = s->block_size;
+  uint32_t bs = hm_slab_bs(s);
   if (bs < HM_PAGE_SIZE + EXIT_KEEP || s->in_use == SLAB_UNUSED || s->in_use == SLAB_FULL) return;
   block_t *lists[2] = {s->free, s->local_free};
   for (unsigned k = 0; k < 2; k++)
@@ -1560,7 +1629,7 @@ size_t hm_heap_foreign_bytes(size_t *heaps) {
  * (hm_backend_walk_ss). */
 size_t hm_slab_remote_count(const slab_t *s) {
   uintptr_t start = (uintptr_t)hm_ss_of(s) + hm_start_off(__atomic_load_n(&s->start_lo, __ATOMIC_RELAXED));
-  size_t bs = __atomic_load_n(&s->block_size, __ATOMIC_RELAXED), carved = __atomic_load_n(&s->carved, __ATOMIC_RELAXED);
+  size_t bs = hm_slab_bs_relaxed(s), carved = __atomic_load_n(&s->carved, __ATOMIC_RELAXED);
   uintptr_t b = atomic_load_explicit(hm_slab_remote(s), memory_order_acquire) & ~REMOTE_NOTIFY;
   size_t n = 0;
   while (b != 0 && n < carved && bs != 0 && b >= start && b < start + carved * bs && (b - start) % bs == 0) {

@@ -20,8 +20,9 @@ spent:
 }
 
 /* Pop a block of s, a slab of the calling thread's heap; when its free
- * list is empty, take the owner's frees (local_free) as the new free list
- * right here, the commonest refill; the slow path does the rest. (The heap
+ * list is empty, take local_free (the owner's frees while a sampled malloc
+ * is due: hm_free_own_slow) as the new free list right here; the slow
+ * path does the rest. (The heap
  * is loaded there only: a direct size's malloc does not need it.) */
 HM_INLINE void *hm_slab_pop(slab_t *s, size_t n) {
   block_t *b = s->free;
@@ -50,13 +51,36 @@ HM_INLINE void *hm_malloc_small(size_t n) {
   return hm_malloc_big(n);
 }
 
-/* The owner's push of a block being freed: on local_free, without atomics. */
+/* The owner's free of a block of s counted: credit and used decremented;
+ * true if the credit ran out (was 0) or used reached 0 (emptied, or
+ * FULL). (x86-64: dec keeps the borrow of the credit's sub, and one branch
+ * tests both: one instruction more than used's decrement alone.) */
+HM_INLINE bool hm_free_count_own(slab_t *s) {
+#if defined(__x86_64__)
+  __asm__ goto("subw $1, %0\n\tdecw %1\n\tjbe %l[slow]" : "+m"(s->credit), "+m"(s->used) : : "cc" : slow);
+  return false;
+slow:
+  return true;
+#else
+  bool spent = s->credit-- == 0;
+  return (--s->used == 0) | spent;
+#endif
+}
+
+/* The owner's push of a block being freed, without atomics: on free, so
+ * that the next malloc takes it while it is still in this core's cache.
+ * A malloc of it is charged to the sampling countdown here, ahead, from
+ * the credit the current slab holds (a slab not current holds none: its
+ * list is charged when it is installed). docs/DESIGN.md, "Sampling". */
 HM_INLINE void hm_free_push_own(heap_t *h, slab_t *s, block_t *b) {
   hm_check_block(s, b);
   HM_STAT_ADD(h, free_local[s->cls], 1);
-  hm_next_set(s, b, s->local_free);
-  s->local_free = b;
-  if (unlikely(--s->used == 0)) hm_free_local_slow(h, s); /* emptied, or FULL */
+  if (unlikely(hm_free_count_own(s))) {
+    hm_free_own_slow(b, s, h);
+    return;
+  }
+  hm_next_set(s, b, s->free);
+  s->free = b;
 }
 
 /* Push a block being freed: the owner on local_free, other threads through

@@ -21,7 +21,7 @@ static const char *ss_reason(const slab_t *s, const void *p, char *buf, size_t c
   uintptr_t start = (uintptr_t)hm_slab_start(s), a = (uintptr_t)p;
   unsigned carved = __atomic_load_n(&hm_shape_of(s)->carved, __ATOMIC_RELAXED);
   if (carved == 0 || a < start) return "not a block: free space or metadata in a hakmem SuperSlab";
-  uintptr_t off = (a - start) % s->block_size, idx = (a - start) / s->block_size;
+  uintptr_t off = (a - start) % hm_slab_bs(s), idx = (a - start) / hm_slab_bs(s);
   if (idx >= carved) return "not a block hakmem handed out";
   char num[24];
   buf[0] = '\0';
@@ -29,7 +29,7 @@ static const char *ss_reason(const slab_t *s, const void *p, char *buf, size_t c
   hm_format_dec(num, (long)off);
   hm_str_append(buf, cap, num);
   hm_str_append(buf, cap, " of a ");
-  hm_format_dec(num, (long)s->block_size);
+  hm_format_dec(num, (long)hm_slab_bs(s));
   hm_str_append(buf, cap, num);
   hm_str_append(buf, cap, "-byte block");
   return buf;
@@ -67,10 +67,10 @@ static void slab_bounds(const superslab_t *ss, const slab_t *s, uintptr_t *start
  * keeps its block size until it is used again.) Then p is a stale pointer:
  * freed already. */
 static bool released_block(const superslab_t *ss, const slab_t *s, const void *p) {
-  if (__atomic_load_n(&s->in_use, __ATOMIC_RELAXED) != SLAB_UNUSED || s->block_size == 0) return false;
+  if (__atomic_load_n(&s->in_use, __ATOMIC_RELAXED) != SLAB_UNUSED || hm_slab_bs(s) == 0) return false;
   uintptr_t a = (uintptr_t)p, start, end;
   slab_bounds(ss, s, &start, &end);
-  return a >= start && a + s->block_size <= end && (a - start) % s->block_size == 0;
+  return a >= start && a + hm_slab_bs(s) <= end && (a - start) % hm_slab_bs(s) == 0;
 }
 
 /* Does p, no block boundary of its slab now, still hold the free tag of a
@@ -109,7 +109,7 @@ void hm_free_suspect(void *p) {
   /* a live block whose second word held the tag's value: free it */
   superslab_t *ss = hm_ss_of(p);
   slab_t *s = hm_slab_of(ss, p);
-  hm_block_tag_free(s->block_size, hm_free_tag_of(s), p);
+  hm_block_tag_free(hm_slab_bs(s), hm_free_tag_of(s), p);
   hm_free_push(ss, s, (block_t *)p);
 }
 
@@ -119,7 +119,7 @@ void hm_free_suspect(void *p) {
 size_t hm_usable_checked(void *p, int op) {
   switch (hm_reg_kind((uintptr_t)p)) {
     case REG_SS:
-      return ss_block_live(p, op) ? hm_slab_of(hm_ss_of(p), p)->block_size : 0;
+      return ss_block_live(p, op) ? hm_slab_bs(hm_slab_of(hm_ss_of(p), p)) : 0;
     case REG_LARGE_HEAD:
     case REG_LARGE_TAIL:
     case REG_LARGE_PACK: {

@@ -36,7 +36,7 @@ void *hm_handout_failed(const slab_t *s, const block_t *b) {
   const unsigned char *c = (const unsigned char *)b;
   uint64_t tag = (uint64_t)hm_free_tag;
   unsigned i = 8;
-  while (i < hm_fill_end(s->block_size) - 1 && c[i] == (unsigned char)(tag >> (8 * (i % 8)))) i++;
+  while (i < hm_fill_end(hm_slab_bs(s)) - 1 && c[i] == (unsigned char)(tag >> (8 * (i % 8)))) i++;
   char reason[96] = "freed block modified at byte ";
   hm_format_dec(reason + strlen(reason), (long)i);
   hm_fatal("write after free", b, reason);

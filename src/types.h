@@ -152,7 +152,8 @@ typedef struct slab {
   block_t *local_free;         /* the owner's frees */
   uint64_t div_mul;            /* checks: the block check's multiplier (= the shape's) */
   uint32_t start_lo;           /* first block's address, low 32 bits (hm_slab_holds) */
-  uint32_t block_size;
+  uint16_t credit;             /* the owner's frees pushed on free before the sampling countdown is next charged (hm_free_count_own) */
+  uint16_t spare_;
   uint16_t used;               /* blocks handed out, remote-freed ones included */
   uint16_t capacity;           /* blocks the slab can hold */
   uint16_t carved;             /* blocks carved so far (lazily, to spare RSS); 0 when unused */
@@ -183,6 +184,7 @@ typedef struct slab {
   uint16_t capacity;           /* blocks the slab can hold */
   uint8_t cls;
   uint8_t in_use;              /* state, SLAB_FULL included */
+  uint16_t credit;             /* as in the default layout */
   uint64_t div_mul;            /* checks: the block check's multiplier (= the shape's) */
   union {
     uint64_t limit;            /* checks: the owner's block check's limit, carved << k */
@@ -319,6 +321,24 @@ HM_INLINE unsigned hm_slab_idx(const slab_t *s) {
 HM_INLINE slab_shape_t *hm_shape_of(const slab_t *s) {
   return &hm_ss_of(s)->shape[hm_slab_idx(s)];
 }
+/* Slab s's block size: the default descriptor keeps none (its line is
+ * full), the shape has it. */
+HM_INLINE uint32_t hm_slab_bs(const slab_t *s) {
+#ifdef HAKMEM_SECURE
+  return s->block_size;
+#else
+  return hm_shape_of(s)->block_size;
+#endif
+}
+/* The same, read while the owner may change it (relaxed). */
+HM_INLINE uint32_t hm_slab_bs_relaxed(const slab_t *s) {
+#ifdef HAKMEM_SECURE
+  return __atomic_load_n(&s->block_size, __ATOMIC_RELAXED);
+#else
+  return __atomic_load_n(&hm_shape_of(s)->block_size, __ATOMIC_RELAXED);
+#endif
+}
+
 /* The first block's offset in its SuperSlab: the low bits of start_lo (a
  * SuperSlab is SS_SIZE-aligned, so its address adds nothing to them). */
 HM_INLINE uint32_t hm_start_off(uint32_t start_lo) { return start_lo & (uint32_t)SS_MASK; }

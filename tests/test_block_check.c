@@ -23,7 +23,7 @@ static unsigned long checked;
 static void check_slab(unsigned c, const slab_t *s) {
   superslab_t *ss = hm_ss_of(s);
   const slab_shape_t *sh = hm_shape_of(s);
-  uint32_t d = s->block_size, start = hm_start_off(s->start_lo), carved = s->carved, cap = s->capacity;
+  uint32_t d = hm_slab_bs(s), start = hm_start_off(s->start_lo), carved = s->carved, cap = s->capacity;
   unsigned k = (unsigned)__builtin_ctz(d);
   CHECK(d == hm_class_size[c] && sh->block_size == d && sh->start_lo == s->start_lo, "class %u: shape and descriptor differ",
         c);

@@ -10,6 +10,8 @@
  *           round (redis's growing lists), while the heap takes new slabs
  *           of the same kind: the classes it passes keep their current
  *           slabs once one came back for a slab after a look released it
+ *   newest  the block its owner freed last is the next malloc's (still in
+ *           this core's cache), not one of the slab's older free blocks
  *   notify  a slab taken out of FULL by its owner's free keeps its notify
  *           bit; marked FULL again without setting it, it still hears of
  *           another thread's free: the block comes back to the owner */
@@ -186,6 +188,19 @@ static void t_recurring(void) {
         ROUNDS / 2);
 }
 
+static void t_newest(void) {
+  enum { N = 8 };
+  void *v[N];
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < N; i++) CHECK((v[i] = malloc(48)) != NULL, "malloc(48)");
+    void *a = v[N - 2];
+    free(a);
+    void *c = malloc(48);
+    CHECK(c == a, "round %d: malloc after free(%p) gave %p", round, a, c);
+    for (int i = 0; i < N; i++) free(v[i]);
+  }
+}
+
 int main(int argc, char **argv) {
   tc_test_name = "heap";
   if (!HAKMEM_SPECIFIC) return 77;
@@ -194,6 +209,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "spare")) t_spare();
   else if (!strcmp(argv[1], "notify")) t_notify();
   else if (!strcmp(argv[1], "recurring")) t_recurring();
+  else if (!strcmp(argv[1], "newest")) t_newest();
   else FAILF("unknown mode %s", argv[1]);
   printf("heap %s: ok\n", argv[1]);
   return 0;
