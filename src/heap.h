@@ -37,8 +37,7 @@ HM_INLINE void *hm_slab_pop(slab_t *s, size_t n) {
   }
   hm_check_block(s, b);
   block_t *next = hm_next_decode(s, b);
-  s->free = next;
-  __builtin_prefetch(next); /* the next pop reads its link: start the load now */
+  s->free = next; /* (no prefetch of next: the newest freed block, in cache; docs/PERFORMANCE.md) */
   s->used++;
   HM_STAT_ADD(hm_tls_heap, alloc[s->cls], 1);
   return hm_block_handout(s, b, next); /* hardening: clears the free tag (secure: checks) */
