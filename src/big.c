@@ -199,10 +199,10 @@ void *hm_malloc_big(size_t n) {
   heap_t *h = hm_tls_heap;
   slab_t *s = h->cur[hm_size_class(n)];
   /* The free list in address order. Blocks pushed on it since the last
-   * malloc (a trading thread's frees, hm_free_trading) or taken from the
+   * malloc (the owner's and a trading thread's frees) or taken from the
    * remote list stand before its sorted rest: the blocks up to its last
-   * descent go into the rest one by one; so do the owner's frees on
-   * local_free. One walk when nothing changed (at most 28 blocks). */
+   * descent go into the rest one by one; so do those on local_free. One
+   * walk when nothing changed (at most 28 blocks). */
   block_t *head = s->free, *cut = NULL, *next;
   for (block_t *b = head; b != NULL && (next = hm_next_get(s, b)) != NULL; b = next)
     if (next < b) cut = b;

@@ -1497,9 +1497,9 @@ static bool release_if_idle(heap_t *h, unsigned c, bool all) {
   if (all) slab_collect_remote(s);
   if (s->used != 0) return false;
   if (!all) {
-    /* a malloc changes free, a free local_free (a trading thread's free,
-     * free: one block taken and given back between two looks reads as
-     * idle, and the slab goes with its blocks on its lists) */
+    /* a malloc or a free changes free (or local_free): one block taken
+     * and given back between two looks reads as idle, and the slab goes
+     * with its blocks on its lists */
     uintptr_t heads = (uintptr_t)s->free ^ (uintptr_t)s->local_free;
     bool idle = h->idle_seen[c] == s && h->idle_heads[c] == heads;
     h->idle_seen[c] = s;

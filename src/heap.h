@@ -82,8 +82,8 @@ HM_INLINE void hm_free_push_own(heap_t *h, slab_t *s, block_t *b) {
   s->free = b;
 }
 
-/* Push a block being freed: the owner on local_free, other threads through
- * hm_free_foreign. */
+/* Push a block being freed: the owner through hm_free_push_own, other
+ * threads through hm_free_foreign. */
 HM_INLINE void hm_free_push(superslab_t *ss, slab_t *s, block_t *b) {
   heap_t *h = hm_tls_heap;
   if (likely(atomic_load_explicit(&ss->owner, memory_order_relaxed) == h))

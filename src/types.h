@@ -149,7 +149,7 @@ enum { SLAB_UNUSED = 0, SLAB_ACTIVE = 1, SLAB_LISTED = 2, SLAB_FOREIGN = 3, SLAB
  * they do not take this line away from the owner. */
 typedef struct slab {
   block_t *free;               /* allocations pop here */
-  block_t *local_free;         /* the owner's frees */
+  block_t *local_free;         /* the owner's frees while a sample is due (hm_free_own_slow) */
   uint64_t div_mul;            /* checks: the block check's multiplier (= the shape's) */
   uint32_t start_lo;           /* first block's address, low 32 bits (hm_slab_holds) */
   uint16_t credit;             /* the owner's frees pushed on free before the sampling countdown is next charged (hm_free_count_own) */
@@ -175,7 +175,7 @@ _Static_assert(sizeof(slab_t) == 64, "slab descriptor is one cache line");
  * owner's line) and the avail links. */
 typedef struct slab {
   block_t *free;               /* allocations pop here */
-  block_t *local_free;         /* the owner's frees */
+  block_t *local_free;         /* the owner's frees while a sample is due (hm_free_own_slow) */
   uintptr_t key;               /* free-list pointers are stored xor key xor their address */
   uint32_t start_lo;           /* first block's address, low 32 bits (hm_slab_holds) */
   uint32_t block_size;
@@ -400,8 +400,9 @@ typedef struct heap {
    * thread's own TLS, internal.h) */
   slab_t *cur[NUM_CLASSES];        /* slab serving allocations (never NULL) */
   /* Sampling's countdowns, per class (sample.h), charged a list's length as
-   * the fast path swaps local_free in or heap_alloc installs a list: here,
-   * as malloc has h in a register. INT64_MAX: nothing samples. */
+   * the fast path swaps local_free in or heap_alloc installs a list, and
+   * ahead by the current slab's credit (hm_free_own_slow): here, as malloc
+   * has h in a register. INT64_MAX: nothing samples. */
   int64_t sample_left[NUM_CLASSES];
   slab_t *avail[NUM_CLASSES];      /* other slabs of the class with free blocks */
   slab_t *avail_tail[NUM_CLASSES]; /* (FIFO: pushed at the tail) */
