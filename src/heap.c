@@ -78,15 +78,13 @@ HM_INLINE void heap_set_cur(heap_t *h, unsigned c, slab_t *s) {
    * foreign cache holds it too: no owner's free reaches it), given back
    * to the countdown only while the class has none. */
   slab_t *old = h->cur[c];
-  uint16_t credit = 0;
-  if (old != &hm_empty_slab) {
-    credit = old->credit <= HM_CREDIT_MAX ? old->credit : 0;
-    old->credit = HM_CREDIT_OFF;
+  if (s == &hm_empty_slab) {
+    credit_drop(h, old, HM_CREDIT_OFF);
+  } else {
+    uint16_t credit = old != &hm_empty_slab && old->credit <= HM_CREDIT_MAX ? old->credit : 0;
+    if (old != &hm_empty_slab) old->credit = HM_CREDIT_OFF;
+    s->credit = credit; /* (0: its first free takes one; s may be old) */
   }
-  if (s != &hm_empty_slab)
-    s->credit = credit; /* (0: its first free takes one) */
-  else if (credit != 0 && h->sample_left[c] <= INT64_MAX - credit)
-    h->sample_left[c] += credit;
   h->cur[c] = s;
   const uint8_t *g = direct_gran[c];
   slab_t **d = hm_tls_direct;

@@ -205,7 +205,7 @@ HM_HIDDEN uint32_t hm_purge_idle_slabs(superslab_t *ss, uint32_t now_ms, uint32_
  * given, or put back as unused and resident. */
 HM_HIDDEN uint32_t hm_purge_claim(superslab_t *ss, uint32_t want);
 HM_HIDDEN size_t hm_purge_claimed(superslab_t *ss, uint32_t bits);
-HM_HIDDEN void hm_purge_claimed_settle(superslab_t *ss, uint32_t bits, bool given);
+HM_HIDDEN size_t hm_purge_claimed_settle(superslab_t *ss, uint32_t bits, bool given); /* the bytes */
 /* The ranges of claimed slabs `bits` (adjacent ones as one; the header page
  * before slab 0 left out) appended to v[*n..max); returns the bits taken. */
 HM_HIDDEN uint32_t hm_purge_claimed_ranges(const superslab_t *ss, uint32_t bits, struct iovec *v, unsigned *n,

@@ -67,12 +67,11 @@ size_t hm_purge_claimed(superslab_t *ss, uint32_t bits) {
   unsigned n = 0;
   hm_purge_claimed_ranges(ss, bits, v, &n, 16);
   for (unsigned k = 0; k < n; k++) hm_os_purge(v[k].iov_base, v[k].iov_len);
-  hm_purge_claimed_settle(ss, bits, true);
-  return hm_purge_claimed_bytes(ss, bits);
+  return hm_purge_claimed_settle(ss, bits, true);
 }
 
-void hm_purge_claimed_settle(superslab_t *ss, uint32_t bits, bool given) {
-  if (bits == 0) return;
+size_t hm_purge_claimed_settle(superslab_t *ss, uint32_t bits, bool given) {
+  if (bits == 0) return 0;
   size_t bytes = hm_purge_claimed_bytes(ss, bits);
   if (given) {
     uint32_t now_ms = ms_of(hm_now_ns()); /* while purged, idle_ms says since when */
@@ -85,6 +84,7 @@ void hm_purge_claimed_settle(superslab_t *ss, uint32_t bits, bool given) {
     atomic_fetch_or(&ss->dirty, bits);
   }
   atomic_fetch_and(&ss->purging, ~bits);
+  return bytes;
 }
 
 void hm_purge_slab_unused(superslab_t *ss, unsigned i) {

@@ -1030,13 +1030,18 @@ enum { EB_N = 64, EB_KEEP = 72 /* heap.c's EXIT_KEEP: link, tag, pattern, stamp 
 static char *eb_blocks[EB_N];
 static size_t eb_size;
 
+/* v[0..n) = n new blocks of `size` bytes, every byte written. */
+static void malloc_written(char **v, int n, size_t size, int byte) {
+  for (int i = 0; i < n; i++) {
+    v[i] = malloc(size);
+    CHECK(v[i], "malloc(%zu)", size);
+    memset(v[i], byte, size);
+  }
+}
+
 static void *exit_blocks_thread(void *arg) {
   (void)arg;
-  for (int i = 0; i < EB_N; i++) {
-    eb_blocks[i] = malloc(eb_size);
-    CHECK(eb_blocks[i], "malloc");
-    memset(eb_blocks[i], 0x77, eb_size);
-  }
+  malloc_written(eb_blocks, EB_N, eb_size, 0x77);
   for (int i = 0; i < EB_N; i += 2) free(eb_blocks[i]);
   return NULL;
 }
@@ -1097,14 +1102,8 @@ static char *eu_small[EU_N], *eu_live;
 
 static void *exit_unused_thread(void *arg) {
   (void)arg;
-  eu_live = malloc(64);
-  CHECK(eu_live, "malloc");
-  memset(eu_live, 0x55, 64);
-  for (int i = 0; i < EU_N; i++) {
-    eu_small[i] = malloc(48);
-    CHECK(eu_small[i], "malloc");
-    memset(eu_small[i], 0x66, 48);
-  }
+  malloc_written(&eu_live, 1, 64, 0x55);
+  malloc_written(eu_small, EU_N, 48, 0x66);
   for (int i = 0; i < EU_N; i++) free(eu_small[i]);
   return exit_blocks_thread(NULL);
 }
@@ -1145,11 +1144,7 @@ static pthread_barrier_t ef_bar;
 
 static void *exit_foreign_a(void *arg) {
   (void)arg;
-  for (int i = 0; i < EF_N; i++) {
-    ef_blocks[i] = malloc(EF_SIZE);
-    CHECK(ef_blocks[i], "malloc");
-    memset(ef_blocks[i], 0x42, EF_SIZE);
-  }
+  malloc_written(ef_blocks, EF_N, EF_SIZE, 0x42);
   pthread_barrier_wait(&ef_bar); /* B frees them */
   pthread_barrier_wait(&ef_bar);
   return NULL;
