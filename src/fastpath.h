@@ -76,19 +76,19 @@ HM_INLINE void hm_free(void *p) {
     superslab_t *ss = hm_ss_of(p);
     slab_t *s = hm_unit_slab(ss, e);
     const slab_shape_t *sh = hm_unit_shape(ss, e);
-    uintptr_t id = hm_tls_free_id;
     /* The owner checks the block against the descriptor it writes anyway,
      * another thread against the shape (the descriptor's line stays with
      * the owner). A thread that trades never takes this branch, whose
-     * outcome would be a coin toss for it. */
-    if (likely((uintptr_t)HM_PEEK_OWNER(ss) == id)) {
+     * outcome would be a coin toss for it: its SuperSlabs' tag is 0. */
+    if (likely(HM_PEEK(ss->owner_tag) == hm_thread_tag())) {
       if (unlikely(!hm_block_mark_free_own(s, p))) { /* hardening */
         hm_free_suspect(p);
         return;
       }
-      hm_free_push_own((heap_t *)id, s, (block_t *)p);
+      hm_free_push_own(s, (block_t *)p);
       return;
     }
+    uintptr_t id = hm_tls_free_id;
 #ifndef HAKMEM_SECURE
     if (id & 1) {
       hm_free_trading(id, atomic_load_explicit(&ss->owner, memory_order_relaxed), ss, s, sh, p);

@@ -70,6 +70,24 @@ static void credit_drop(heap_t *h, slab_t *s, uint16_t to) {
   s->credit = to;
 }
 
+/* ss's owner, and the tag free compares with the thread pointer (types.h):
+ * the calling thread's while h is its heap and it does not trade, else 0,
+ * so that the owner's test in free is this thread's and nothing else's
+ * (docs/DESIGN.md, "Threads"). */
+static void ss_set_owner(superslab_t *ss, heap_t *h) {
+  uintptr_t tag = h != NULL && h == hm_tls_heap && hm_tls_free_id == (uintptr_t)h ? hm_thread_tag() : 0;
+  __atomic_store_n(&ss->owner_tag, tag, __ATOMIC_RELAXED);
+  atomic_store(&ss->owner, h);
+}
+
+/* h's SuperSlabs no longer match any thread's pointer: its thread trades
+ * (hm_free_trading tells the owner's blocks from others' itself), or it is
+ * gone (fork's child, where a new thread may get its thread pointer). */
+static void heap_untag(heap_t *h) {
+  for (superslab_t *ss = h->all; ss != NULL; ss = ss->all_next)
+    if (__atomic_load_n(&ss->owner_tag, __ATOMIC_RELAXED) != 0) __atomic_store_n(&ss->owner_tag, 0, __ATOMIC_RELAXED);
+}
+
 /* Make s the current slab of class c, in cur[] and, for a class of direct sizes, in
  * every hm_tls_direct[] granule of that class. h: the calling thread's heap
  * (or the one it is giving up, hm_heap_thread_exit). */
@@ -306,7 +324,7 @@ static bool slab_release(heap_t *h, slab_t *s) {
   if (ss->free_mask == ss_all_mask(ss)) {
     if (ss->on_partial) partial_unlink(h, ss);
     all_unlink(h, ss);
-    atomic_store(&ss->owner, NULL);
+    ss_set_owner(ss, NULL);
     hm_backend_ss_free(ss);
     return true;
   }
@@ -488,7 +506,7 @@ static void ss_setup(heap_t *h, superslab_t *ss, unsigned kind) {
     ss->guarded = 1;
   }
 #endif
-  atomic_store(&ss->owner, h);
+  ss_set_owner(ss, h);
   all_push(h, ss);
   partial_push(h, ss);
 }
@@ -549,7 +567,7 @@ static bool heap_adopt(heap_t *h, unsigned kind, unsigned c) {
   HM_STAT_REFILL(h, HM_REFILL_ADOPT, 0);
   /* The owner store comes before reading the slabs' remote lists, so a
    * remote free either is collected below or sees this owner (seq_cst). */
-  atomic_store(&ss->owner, h);
+  ss_set_owner(ss, h);
   atomic_store(&ss->pending, 0);
   ss->on_partial = 0;
   all_push(h, ss);
@@ -1101,7 +1119,8 @@ static void slab_emptied(heap_t *h, slab_t *s) {
  * current slab takes a new credit from the class's countdown: while none
  * is left (a sampled malloc due), its owner's frees go on local_free, whose
  * swap charges them and serves the sample in place (hm_sample_swap). */
-void hm_free_own_slow(block_t *b, slab_t *s, heap_t *h) {
+void hm_free_own_slow(block_t *b, slab_t *s) {
+  heap_t *h = hm_tls_heap; /* (read here: free's owner test needs no heap) */
   bool on_free = true;
   if (s->credit == HM_CREDIT_OFF) { /* (it was 0; a slab not current counts down from HM_CREDIT_OFF) */
     if (h->cur[s->cls] != s) {
@@ -1225,7 +1244,10 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
   }
   /* h is this thread's heap. (Not while profiling with no foreign cache:
    * the thread's own frees would go back one atomic push each, fc_idle_id.) */
-  if (likely(!hm_sample_active || hm_opt[HM_OPT_FOREIGN_CACHE_KB] != 0)) hm_tls_free_id = (uintptr_t)h | 1;
+  if (likely(!hm_sample_active || hm_opt[HM_OPT_FOREIGN_CACHE_KB] != 0) && hm_tls_free_id != ((uintptr_t)h | 1)) {
+    hm_tls_free_id = (uintptr_t)h | 1;
+    heap_untag(h);
+  }
   slab_shape_t *sh = &ss->shape[hm_slab_index(ss, b)];
   unsigned c = __atomic_load_n(&sh->cls, __ATOMIC_RELAXED);
   /* Tell the owner's double-free check that a block of this slab may sit
@@ -1426,7 +1448,7 @@ void hm_heap_thread_exit(heap_t *h) {
     next = ss->all_next;
     if (ss->on_partial) partial_unlink(h, ss);
     all_unlink(h, ss);
-    atomic_store(&ss->owner, NULL);
+    ss_set_owner(ss, NULL);
     /* Its blocks go straight back from now on, not into foreign caches
      * (hm_free_foreign): free pushes them on the stand-in. */
     for (unsigned i = 0; i < ss->nslabs; i++) __atomic_store_n(&ss->shape[i].fc_off, FC_STAND_IN, __ATOMIC_SEQ_CST);
@@ -1564,7 +1586,13 @@ size_t hm_heap_collect_own(void) {
  * through an update); their blocks stay valid and freeing them works. */
 void hm_heap_fork_prepare(void) { pthread_mutex_lock(&heap_lock); }
 void hm_heap_fork_parent(void) { pthread_mutex_unlock(&heap_lock); }
-void hm_heap_fork_child(void) { pthread_mutex_init(&heap_lock, NULL); }
+/* The other threads' heaps keep their SuperSlabs in the child; a thread it
+ * starts may get one of their thread pointers (libc reuses their stacks). */
+void hm_heap_fork_child(void) {
+  pthread_mutex_init(&heap_lock, NULL);
+  for (heap_t *h = all_heaps; h != NULL; h = h->all_next)
+    if (h != hm_tls_heap) heap_untag(h);
+}
 
 /* The report's walk: bytes in blocks handed out (remote-freed blocks not yet
  * collected included), per slab lane. Other threads may be changing these

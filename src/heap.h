@@ -71,11 +71,11 @@ slow:
  * A malloc of it is charged to the sampling countdown here, ahead, from
  * the credit the current slab holds (a slab not current holds none: its
  * list is charged when it is installed). docs/DESIGN.md, "Sampling". */
-HM_INLINE void hm_free_push_own(heap_t *h, slab_t *s, block_t *b) {
+HM_INLINE void hm_free_push_own(slab_t *s, block_t *b) {
   hm_check_block(s, b);
-  HM_STAT_ADD(h, free_local[s->cls], 1);
+  HM_STAT_ADD(hm_tls_heap, free_local[s->cls], 1);
   if (unlikely(hm_free_count_own(s))) {
-    hm_free_own_slow(b, s, h);
+    hm_free_own_slow(b, s);
     return;
   }
   hm_next_set(s, b, s->free);
@@ -87,7 +87,7 @@ HM_INLINE void hm_free_push_own(heap_t *h, slab_t *s, block_t *b) {
 HM_INLINE void hm_free_push(superslab_t *ss, slab_t *s, block_t *b) {
   heap_t *h = hm_tls_heap;
   if (likely(atomic_load_explicit(&ss->owner, memory_order_relaxed) == h))
-    hm_free_push_own(h, s, b);
+    hm_free_push_own(s, b);
   else
     hm_free_foreign(h, ss, b);
 }

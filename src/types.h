@@ -87,10 +87,8 @@ HM_INLINE unsigned hm_reg_kind(uintptr_t a) {
  * load), an instruction less each. ThreadSanitizer builds keep the atomics. */
 #if defined(__SANITIZE_THREAD__)
 #define HM_PEEK(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
-#define HM_PEEK_OWNER(ss) atomic_load_explicit(&(ss)->owner, memory_order_relaxed)
 #else
 #define HM_PEEK(x) (*(const __typeof__(x) *)&(x))
-#define HM_PEEK_OWNER(ss) (*(struct heap *const *)&(ss)->owner)
 #endif
 HM_INLINE bool hm_reg_is(uintptr_t a, unsigned kind) {
   uintptr_t i = a >> SS_SHIFT;
@@ -263,6 +261,7 @@ typedef struct superslab {
   uint32_t free_mask;           /* slabs not in use (owner only) */
   _Atomic uint64_t pending;     /* slabs whose FULL flag a remote free hit */
   uint8_t unit_slab[SS_MAX_SLABS]; /* per 64 KiB unit: its slab's index * HM_UNIT_MUL */
+  uintptr_t owner_tag;          /* what free compares: the owner's thread pointer while it does not trade, else 0 (hm_ss_set_owner) */
   /* The descriptors, from the second line: no descriptor's address is the
    * SuperSlab's, which the end of a block of the chunk below can be (the
    * free tag is a descriptor's address: hm_free_tag_of). */
@@ -288,6 +287,20 @@ typedef struct superslab {
 _Static_assert(offsetof(superslab_t, owner) == 0, "the SuperSlab's fields start it");
 _Static_assert(sizeof(superslab_t) <= SS_HEADER_SIZE, "header fits its page");
 _Static_assert(offsetof(superslab_t, slabs) == 64, "descriptors from the second line (hm_slab_idx)");
+
+/* The calling thread's pointer (x86-64: %fs:0, the TCB's own address; no
+ * GOT load, as a TLS variable of a shared library takes): unique among
+ * live threads, never 0. free compares it with owner_tag (docs/DESIGN.md,
+ * "Threads"). */
+HM_INLINE uintptr_t hm_thread_tag(void) {
+#if defined(__x86_64__)
+  uintptr_t t;
+  __asm__("mov %%fs:0, %0" : "=r"(t));
+  return t;
+#else
+  return (uintptr_t)__builtin_thread_pointer();
+#endif
+}
 
 HM_INLINE superslab_t *hm_ss_of(const void *p) {
   return (superslab_t *)((uintptr_t)p & ~SS_MASK);
