@@ -43,6 +43,11 @@ __thread heap_t *hm_tls_heap __attribute__((tls_model("initial-exec"))) = &hm_em
 __thread slab_t *hm_tls_direct[HM_DIRECT_SINK + 1] __attribute__((tls_model("initial-exec"))) = {
     [0 ... HM_DIRECT_SINK] = &hm_empty_slab};
 __thread uintptr_t hm_tls_free_id __attribute__((tls_model("initial-exec"))) = (uintptr_t)&hm_empty_heap;
+/* The thread gave its heap up (hm_heap_thread_exit): a heap it makes after
+ * that, in a later destructor, may never be given up (libc runs at most
+ * four rounds of them), so its SuperSlabs never carry the thread pointer,
+ * which a later thread can get (heap_for_thread). */
+static __thread bool tls_exited __attribute__((tls_model("initial-exec")));
 
 static pthread_mutex_t heap_lock = PTHREAD_MUTEX_INITIALIZER; /* pool and abandoned lists */
 static heap_t *all_heaps; /* every heap made (heap_lock; heaps are recycled, never freed) */
@@ -988,7 +993,7 @@ static heap_t *heap_for_thread(void) {
     h->sample_left[c] = hm_class_size[c] <= MEDIUM_MAX ? hm_sample_class_draw(c) : INT64_MAX;
   /* Installed before pthread_setspecific, which may itself allocate. */
   hm_tls_heap = h;
-  hm_tls_free_id = (uintptr_t)h;
+  hm_tls_free_id = (uintptr_t)h | tls_exited; /* (after its exit: trading, so untagged) */
   pthread_setspecific(heap_key, h);
   return h;
 }
@@ -1413,6 +1418,7 @@ void hm_heap_thread_exit(heap_t *h) {
   hm_heap_flush_foreign(h);
   hm_tls_heap = &hm_empty_heap;
   hm_tls_free_id = (uintptr_t)&hm_empty_heap;
+  tls_exited = true;
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
     heap_set_cur(h, c, &hm_empty_slab);
     h->avail[c] = h->avail_tail[c] = h->sparse[c] = NULL;
