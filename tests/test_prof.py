@@ -256,7 +256,7 @@ def go_top(path, want_top):
     r = subprocess.run(["go", "tool", "pprof", "-top", "-sample_index=alloc_space", path],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
     out = r.stdout.decode(errors="replace")
-    rows = [l for l in out.splitlines() if re.match(r"^\s+[\d.]+[kMG]?B\s", l)]
+    rows = [l for l in out.splitlines() if re.match(r"^\s*[\d.]+[kMG]?B\s", l)]  # (the widest figure has no padding)
     if r.returncode != 0 or not rows:
         fail("go tool pprof -top failed:\n" + out)
     if want_top not in rows[0]:
