@@ -29,7 +29,7 @@ malloc and malloc_usable_size to the intended library.
 Skips with a note (exit 0) when redis-server or redis-benchmark is missing
 (Debian: apt-get install redis-server redis-tools).
 
-  python3 scripts/bench_redis.py --build build [--runs N] [--quick] [--allocators a,b] [--extra NAME=LIB]
+  python3 scripts/bench_redis.py --build build [--runs N] [--quick] [--allocators a,b] [--extra NAME=LIB[,VAR=VALUE...]]
 """
 
 import argparse
@@ -188,8 +188,9 @@ def main():
     ap.add_argument("--no-peer-build", action="store_true")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per redis-benchmark run")
     ap.add_argument("--out", default=os.path.join(bench.REPO, "results"))
-    ap.add_argument("--extra", action="append", default=[], metavar="NAME=LIB",
-                    help="one more column preloading LIB (an A/B of two hakmem builds: hakmem-base=old/libhakmem.so);"
+    ap.add_argument("--extra", action="append", default=[], metavar="NAME=LIB[,VAR=VALUE...]",
+                    help="one more column preloading LIB with these environment variables (an A/B of two hakmem"
+                         " builds: hakmem-base=old/libhakmem.so; of an option: thp=build/libhakmem.so,HAKMEM_THP_MIN_MB=1);"
                          " not a peer; repeatable")
     args = ap.parse_args()
 
@@ -205,10 +206,17 @@ def main():
     allocs, notes = bench.discover_allocators(build, wanted, not args.no_peer_build)
     extra = set()
     for e in args.extra:
-        name, _, lib = e.partition("=")
+        name, _, spec = e.partition("=")
+        lib, *assigns = spec.split(",")
+        env = {"LD_PRELOAD": os.path.abspath(lib)}
+        for a in assigns:
+            var, eq, value = a.partition("=")
+            if not var or not eq:
+                ap.error("--extra %s: VAR=VALUE expected after the library, got %r" % (e, a))
+            env[var] = value
         if not name or not os.path.exists(lib):
-            ap.error("--extra %s: NAME=LIB, LIB an existing library" % e)
-        allocs.append((name, {"LD_PRELOAD": os.path.abspath(lib)}, os.path.abspath(lib) + " (--extra)"))
+            ap.error("--extra %s: NAME=LIB[,VAR=VALUE...], LIB an existing library" % e)
+        allocs.append((name, env, os.path.abspath(lib) + "".join(" " + a for a in assigns) + " (--extra)"))
         extra.add(name)
     libc = bench.find_system_lib(["libc.so.6"])
     checked = []
