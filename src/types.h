@@ -261,7 +261,7 @@ typedef struct superslab {
   uint32_t free_mask;           /* slabs not in use (owner only) */
   _Atomic uint64_t pending;     /* slabs whose FULL flag a remote free hit */
   uint8_t unit_slab[SS_MAX_SLABS]; /* per 64 KiB unit: its slab's index * HM_UNIT_MUL */
-  uintptr_t owner_tag;          /* what free compares: the owner's thread pointer while it does not trade, else 0 (hm_ss_set_owner) */
+  uintptr_t owner_tag;          /* what free compares: the owner's thread pointer while it does not trade, else 0 (heap.c, ss_set_owner) */
   /* The descriptors, from the second line: no descriptor's address is the
    * SuperSlab's, which the end of a block of the chunk below can be (the
    * free tag is a descriptor's address: hm_free_tag_of). */
