@@ -469,13 +469,13 @@ static void reach(char *a, size_t n) {
 static void c_write_after_free(void) {
   char *a = malloc(128);
   free(a);
-  a[FILL_PROBE] = 1;
+  a[FILL_PROBE] ^= 1; /* (flipped: the random pattern's byte may be 1 already) */
   reach(a, 128);
 }
 static void c_write_after_free_tag(void) {
   char *a = malloc(128);
   free(a);
-  a[9] = 1; /* the tag word */
+  a[9] ^= 1; /* the tag word (flipped, as above) */
   reach(a, 128);
 }
 /* a's list pointer: the damage is found when the list is followed past a,
