@@ -80,7 +80,7 @@ static void credit_drop(heap_t *h, slab_t *s, uint16_t to) {
  * so that the owner's test in free is this thread's and nothing else's
  * (docs/DESIGN.md, "Threads"). */
 static void ss_set_owner(superslab_t *ss, heap_t *h) {
-  uintptr_t tag = h != NULL && h == hm_tls_heap && hm_tls_free_id == (uintptr_t)h ? hm_thread_tag() : 0;
+  uintptr_t tag = h == hm_tls_heap && hm_tls_free_id == (uintptr_t)h ? hm_thread_tag() : 0; /* (hm_tls_heap: never NULL) */
   __atomic_store_n(&ss->owner_tag, tag, __ATOMIC_RELAXED);
   atomic_store(&ss->owner, h);
 }
@@ -89,6 +89,7 @@ static void ss_set_owner(superslab_t *ss, heap_t *h) {
  * (hm_free_trading tells the owner's blocks from others' itself), or it is
  * gone (fork's child, where a new thread may get its thread pointer). */
 static void heap_untag(heap_t *h) {
+  /* (stored only where set: in a fork's child each store copies a page) */
   for (superslab_t *ss = h->all; ss != NULL; ss = ss->all_next)
     if (__atomic_load_n(&ss->owner_tag, __ATOMIC_RELAXED) != 0) __atomic_store_n(&ss->owner_tag, 0, __ATOMIC_RELAXED);
 }
