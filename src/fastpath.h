@@ -14,57 +14,33 @@ HM_INLINE void *hm_malloc(size_t n) {
   return hm_alloc_above(n, false);
 }
 
-/* x == y ? a : b, by a conditional move: where the test is a coin toss, a
- * branch on it is mispredicted every other time (and gcc makes a ?: of
- * two slab addresses a branch). */
-HM_INLINE slab_t *hm_select_slab(const void *x, const void *y, slab_t *a, slab_t *b) {
-#if defined(__x86_64__)
-  __asm__("cmp %2, %1\n\tcmove %3, %0" : "+r"(b) : "r"(x), "rm"(y), "r"(a) : "cc"); /* (y may stay in memory) */
-  return b;
-#else
-  return (slab_t *)((uintptr_t)b ^ (((uintptr_t)a ^ (uintptr_t)b) & -(uintptr_t)(x == y)));
-#endif
-}
-
 /* free for a thread that trades blocks with others (hm_tls_free_id): its
  * frees are its own blocks and others' by turns, a branch on which is
- * mispredicted every other time (docs/DESIGN.md, "Threads"). So both are
- * pushed alike,
- * on a slab chosen without a branch: the block's own slab for its owner,
- * else this thread's foreign cache of its class, or the stand-in while the
- * shape names none (fc_off), whose `used` of 1 sends the block to
- * hm_free_push_slow. Every thread checks the block against the shape (the
- * descriptor's line stays with the owner). */
-HM_INLINE void hm_free_trading(uintptr_t id, const heap_t *owner, superslab_t *ss, slab_t *s, const slab_shape_t *sh,
-                               void *p) {
+ * mispredicted every other time (docs/DESIGN.md, "Threads"). So both go
+ * on its foreign cache of the class, or on the stand-in while the shape
+ * names none (fc_off), whose `used` of 1 sends the block to
+ * hm_free_push_slow: one list per class, whose newest block the next
+ * malloc takes while it is still in this core's cache. Every thread checks
+ * the block against the shape (the descriptor's line stays with the
+ * owner). */
+HM_INLINE void hm_free_trading(uintptr_t id, superslab_t *ss, slab_t *s, const slab_shape_t *sh, void *p) {
   heap_t *h = (heap_t *)(id - 1); /* (id: h + 1, hm_tls_free_id) */
   if (unlikely(!hm_block_mark_free(sh, s, p))) { /* hardening */
     hm_free_suspect(p);
     return;
   }
   uint16_t fc_off = __atomic_load_n(&sh->fc_off, __ATOMIC_RELAXED);
-  slab_t *fc = (slab_t *)((char *)id + fc_off); /* (fc_off counts from id: no h needed here) */
-  /* While the cache serves the class's mallocs, the thread's own blocks go
-   * there too: one list, whose newest block the next malloc takes while it
-   * is still in this core's cache. The owner is compared with the cache's
-   * own_id, h then h + 1, which no heap is (the stand-in's: h). */
-  slab_t *t = hm_select_slab(owner, (const void *)fc->own_id, s, fc);
+  slab_t *t = (slab_t *)((char *)id + fc_off); /* (fc_off counts from id: no h needed here) */
   block_t *b = (block_t *)p;
-#ifdef HAKMEM_DEBUG
-  if (t == s) hm_check_block(s, b);
-#endif
 #if HM_FAST_COUNTERS
-  if (owner == h)
+  if (atomic_load_explicit(&ss->owner, memory_order_relaxed) == h)
     HM_STAT_ADD(h, free_local[s->cls], 1);
   else if (t != &h->fc_stand_in)
     HM_STAT_ADD(h, free_remote[t->cls], 1);
 #endif
-  /* On the free list, not local_free: the next malloc takes the newest
-   * block, still in this core's cache (popped in the order freed, most
-   * mallocs missed the cache on the block). */
   b->next = t->free;
   t->free = b;
-  /* emptied, FULL, the foreign cache over budget, or the stand-in */
+  /* over budget, or the stand-in */
   if (unlikely(--t->used == 0)) hm_free_push_slow(h, ss, t, b);
 }
 
@@ -91,7 +67,7 @@ HM_INLINE void hm_free(void *p) {
     uintptr_t id = hm_tls_free_id;
 #ifndef HAKMEM_SECURE
     if (id & 1) {
-      hm_free_trading(id, atomic_load_explicit(&ss->owner, memory_order_relaxed), ss, s, sh, p);
+      hm_free_trading(id, ss, s, sh, p);
       return;
     }
 #endif

@@ -34,11 +34,6 @@ _Static_assert(offsetof(heap_t, fc_stand_in) + sizeof(slab_t) <= UINT16_MAX, "fo
  * (hm_free_trading adds it to the id it has in a register). */
 #define FC_STAND_IN ((uint16_t)(offsetof(heap_t, fc_stand_in) - 1))
 HM_INLINE uint16_t fc_offset(unsigned c) { return (uint16_t)(offsetof(heap_t, foreign) + c * sizeof(slab_t) - 1); }
-/* A foreign cache's (and the stand-in's) own_id while it does not serve:
- * h, so that a trading thread's own blocks go to their slab; while the
- * profiler is on, h + 1, which no owner is, so that they go to the cache,
- * never on the list malloc pops (docs/DESIGN.md, "Sampling"). */
-static uintptr_t fc_idle_id(const heap_t *h) { return (uintptr_t)h + hm_sample_active; }
 __thread heap_t *hm_tls_heap __attribute__((tls_model("initial-exec"))) = &hm_empty_heap;
 __thread slab_t *hm_tls_direct[HM_DIRECT_SINK + 1] __attribute__((tls_model("initial-exec"))) = {
     [0 ... HM_DIRECT_SINK] = &hm_empty_slab};
@@ -448,7 +443,7 @@ static bool slab_refill_carve(slab_t *s) {
 /* The slab has no free block: ask remote frees to notify us. Fails when a
  * remote free slipped in, so the caller can use that block instead. The
  * notify bit stays set when the slab leaves the FULL state by its owner's
- * free (hm_free_local_slow), until a remote free takes it: so a slab that
+ * free (free_local_slow), until a remote free takes it: so a slab that
  * cycles through FULL by its owner's frees alone sets it once, and each
  * later time finds it set, with no atomic operation (random_mixed at ws
  * 40,000 takes another slab every 11 mallocs, most often after marking
@@ -801,7 +796,6 @@ static void *foreign_pop(heap_t *h, unsigned c) {
   bool serve = true;
   if (unlikely(hm_sample_charge(&h->sample_left[c], cached))) {
     int64_t k = h->sample_left[c] + cached;
-    f->own_id = (uintptr_t)h;
     heap_set_cur(h, c, &hm_empty_slab);
     if (k <= 1) {
       h->sample_left[c] = k;
@@ -813,10 +807,7 @@ static void *foreign_pop(heap_t *h, unsigned c) {
   block_t *b = f->free;
   f->free = b->next;
   f->used++;
-  if (serve) {
-    f->own_id = (uintptr_t)h + 1; /* serving (until heap_alloc finds it dry, or a flush) */
-    heap_set_cur(h, c, f);
-  }
+  if (serve) heap_set_cur(h, c, f); /* (until heap_alloc finds it dry, or a flush) */
   return hm_block_handout(f, b, f->free);
 }
 
@@ -841,8 +832,7 @@ static void *heap_alloc(heap_t *h, unsigned c) {
       /* the cache ran dry (the fast path saw both lists empty; while the
        * profiler is on, s serves and the cache's frees may refill it) */
       if (s->free != NULL || h->foreign[c].free != NULL) return foreign_pop(h, c);
-      s->own_id = (uintptr_t)h; /* the next slab follows */
-      stale = true;
+      stale = true; /* the next slab follows */
     } else if (s != &hm_empty_slab) {
       hm_check_slab(s);
       /* Freed blocks first, then the class's other slabs' (sparse ones
@@ -946,13 +936,11 @@ static void heap_reset(heap_t *h) {
 #endif
     f->capacity = (uint16_t)foreign_cap(c);
     f->used = (uint16_t)(f->capacity + 1);
-    f->own_id = fc_idle_id(h);
     if (hm_sample_active) h->fc_serve[c] = *f; /* (nothing cached) */
   }
   memset(&h->fc_stand_in, 0, sizeof h->fc_stand_in);
   h->fc_stand_in.in_use = SLAB_FOREIGN;
   h->fc_stand_in.used = 1;
-  h->fc_stand_in.own_id = fc_idle_id(h);
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
     h->cur[c] = &hm_empty_slab; /* (a reused heap's: another thread's old slabs, no credit given back) */
     heap_set_cur(h, c, &hm_empty_slab);
@@ -1120,6 +1108,21 @@ static void slab_emptied(heap_t *h, slab_t *s) {
   h->emptied_cur[c / 64] |= (uint64_t)1 << (c % 64);
 }
 
+/* The owner's free emptied s or found it FULL. */
+static void free_local_slow(heap_t *h, slab_t *s) {
+  if (s->in_use == SLAB_FULL) {
+    slab_unfull(s, 1); /* (the notify bit stays: slab_try_mark_full) */
+    avail_push(h, s);
+  }
+  if (s->used == 0) {
+    if (h->cur[s->cls] != s)
+      slab_emptied(h, s);
+    else /* kept for the next malloc; released if it stays idle (heap_new_slab) */
+      h->emptied_cur[s->cls / 64] |= (uint64_t)1 << (s->cls % 64);
+    hm_purge_tick(); /* a slab emptied: also what a program freeing at a low rate does */
+  }
+}
+
 /* The free of b, a block of s, whose credit ran out (or that holds none)
  * or that emptied or was FULL (hm_free_push_own; used counted). The
  * current slab takes a new credit from the class's countdown: while none
@@ -1148,23 +1151,9 @@ void hm_free_own_slow(block_t *b, slab_t *s) {
     hm_next_set(s, b, s->local_free);
     s->local_free = b;
   }
-  if (s->used == 0) hm_free_local_slow(h, s);
+  if (s->used == 0) free_local_slow(h, s);
 }
 
-/* The fast path of free saw the slab emptied or FULL. */
-void hm_free_local_slow(heap_t *h, slab_t *s) {
-  if (s->in_use == SLAB_FULL) {
-    slab_unfull(s, 1); /* (the notify bit stays: slab_try_mark_full) */
-    avail_push(h, s);
-  }
-  if (s->used == 0) {
-    if (h->cur[s->cls] != s)
-      slab_emptied(h, s);
-    else /* kept for the next malloc; released if it stays idle (heap_new_slab) */
-      h->emptied_cur[s->cls / 64] |= (uint64_t)1 << (s->cls % 64);
-    hm_purge_tick(); /* a slab emptied: also what a program freeing at a low rate does */
-  }
-}
 
 /* Push the chain head..tail of blocks of slab s on its remote list; wake
  * the owner if the slab is FULL. */
@@ -1248,14 +1237,22 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
     }
     h = created;
   }
-  /* h is this thread's heap. (Not while profiling with no foreign cache:
-   * the thread's own frees would go back one atomic push each, fc_idle_id.) */
-  if (likely(!hm_sample_active || hm_opt[HM_OPT_FOREIGN_CACHE_KB] != 0) && hm_tls_free_id != ((uintptr_t)h | 1)) {
+  /* h is this thread's heap. (Not with no foreign cache: a trading thread's
+   * own frees would go back one atomic push each, hm_free_trading.) */
+  if (likely(hm_opt[HM_OPT_FOREIGN_CACHE_KB] != 0) && hm_tls_free_id != ((uintptr_t)h | 1)) {
     hm_tls_free_id = (uintptr_t)h | 1;
     heap_untag(h);
   }
   slab_shape_t *sh = &ss->shape[hm_slab_index(ss, b)];
   unsigned c = __atomic_load_n(&sh->cls, __ATOMIC_RELAXED);
+  bool big = hm_class_kind[c & ~SLAB_CLS_CACHED] == KIND_BIG;
+  if (big && atomic_load_explicit(&ss->owner, memory_order_relaxed) == h) {
+    /* a big class's own block: back to its slab, which hands out its
+     * lowest block first (big.c); trading frees of big blocks come here
+     * (their shapes name the stand-in) */
+    hm_free_push_own(hm_slab_of(ss, b), b);
+    return;
+  }
   /* Tell the owner's double-free check that a block of this slab may sit
    * in a cache it cannot scan (once per slab: the line stays shared). */
   if (!(c & SLAB_CLS_CACHED)) __atomic_fetch_or(&sh->cls, SLAB_CLS_CACHED, __ATOMIC_RELAXED);
@@ -1263,30 +1260,32 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
   /* From now on free pushes the slab's blocks on the cache itself: unless
    * the owner exits meanwhile (it sets the stand-in after clearing owner;
    * seq_cst: either this sees NULL or the stand-in is stored last). */
-  if (__atomic_load_n(&sh->fc_off, __ATOMIC_RELAXED) != fc_offset(c)) {
+  if (!big && __atomic_load_n(&sh->fc_off, __ATOMIC_RELAXED) != fc_offset(c)) {
     __atomic_store_n(&sh->fc_off, fc_offset(c), __ATOMIC_SEQ_CST);
     if (atomic_load(&ss->owner) == NULL) __atomic_store_n(&sh->fc_off, FC_STAND_IN, __ATOMIC_SEQ_CST);
   }
-  HM_STAT_ADD(h, free_remote[c], 1);
+#if HM_FAST_COUNTERS
+  if (atomic_load_explicit(&ss->owner, memory_order_relaxed) == h)
+    HM_STAT_ADD(h, free_local[c], 1);
+  else
+    HM_STAT_ADD(h, free_remote[c], 1);
+#endif
   slab_t *f = &h->foreign[c];
   b->next = f->free;
   f->free = b;
   if (unlikely(--f->used == 0)) foreign_overflow(f);
 }
 
-/* hm_free_trading pushed block b on t and brought t's `used` to 0: the
- * owner's slab emptied or FULL, this thread's foreign cache over its
- * budget, or the stand-in (b's slab has no block cached since it was
- * taken, or its SuperSlab's owner exited). */
+/* hm_free_trading pushed block b on t and brought t's `used` to 0: this
+ * thread's foreign cache over its budget, or the stand-in (b's slab has no
+ * block cached since it was taken, or its SuperSlab's owner exited). */
 void hm_free_push_slow(heap_t *h, superslab_t *ss, slab_t *t, block_t *b) {
   if (t == &h->fc_stand_in) {
     t->free = NULL; /* b alone: take it off */
     t->used = 1;
     hm_free_foreign(h, ss, b);
-  } else if (t->in_use == SLAB_FOREIGN) {
-    foreign_overflow(t);
   } else {
-    hm_free_local_slow(h, t);
+    foreign_overflow(t);
   }
 }
 
@@ -1302,7 +1301,6 @@ void hm_heap_flush_foreign(heap_t *h) {
       g->free = NULL;
       g->used = f->used = (uint16_t)(f->capacity + 1);
     }
-    f->own_id = fc_idle_id(h);
     foreign_send_back(f->free);
     f->free = NULL;
     f->used = (uint16_t)(f->capacity + 1);

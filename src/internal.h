@@ -277,7 +277,6 @@ HM_HIDDEN void hm_heap_process_init(void);
 HM_HIDDEN void *hm_alloc_slow(size_t n, slab_t *s); /* s: the current slab that ran dry */
 HM_HIDDEN void *hm_sample_swap(heap_t *h, slab_t *s, size_t n); /* the swap, the class's sample_left spent */
 HM_HIDDEN void *hm_alloc_class(unsigned cls);
-HM_HIDDEN void hm_free_local_slow(heap_t *h, slab_t *s);
 HM_HIDDEN void hm_free_own_slow(block_t *b, slab_t *s); /* the credit ran out, or emptied or FULL */
 /* slab_t.credit: the current slab's at most HM_CREDIT_MAX (charged to the
  * countdown ahead); above, none (a slab not current, or spent). */

@@ -157,10 +157,7 @@ typedef struct slab {
   uint16_t carved;             /* blocks carved so far (lazily, to spare RSS); 0 when unused */
   uint8_t cls;
   uint8_t in_use;              /* state, SLAB_FULL included */
-  union {
-    uint64_t limit;            /* checks: the owner's block check's limit, carved << k (64 bits: the compare takes it from memory) */
-    uintptr_t own_id;          /* a foreign cache: its heap's address, + 1 while it is its class's current slab (hm_free_trading) */
-  };
+  uint64_t limit;              /* checks: the owner's block check's limit, carved << k (64 bits: the compare takes it from memory) */
   struct slab *next, *prev;    /* heap's list of slabs with free blocks */
 } slab_t;
 _Static_assert(sizeof(slab_t) == 64, "slab descriptor is one cache line");
@@ -184,10 +181,7 @@ typedef struct slab {
   uint8_t in_use;              /* state, SLAB_FULL included */
   uint16_t credit;             /* as in the default layout */
   uint64_t div_mul;            /* checks: the block check's multiplier (= the shape's) */
-  union {
-    uint64_t limit;            /* checks: the owner's block check's limit, carved << k */
-    uintptr_t own_id;          /* a foreign cache: as in the default layout (unused: no trading here) */
-  };
+  uint64_t limit;              /* checks: the owner's block check's limit, carved << k */
   _Atomic uintptr_t remote __attribute__((aligned(64))); /* other threads' frees (LIFO); bit 0: notify owner */
   struct slab *next, *prev;    /* heap's list of slabs with free blocks */
   uint8_t secure_pad_[40];
@@ -425,9 +419,9 @@ typedef struct heap {
    * for its own mallocs instead of being sent back one atomic push at a time
    * (heap.c, "foreign cache"). foreign[c] is a pseudo slab: frees push on its
    * free list (newest first), and it becomes cur[c] when the class's slab
-   * runs dry; while it is (`own_id`), the thread's own frees of the class
-   * go there too (hm_free_trading). The
-   * blocks still count as used in their own slabs. Its `used` is the room
+   * runs dry. Once the thread trades, its own frees go there too
+   * (hm_free_trading). The blocks still count as used in their own slabs.
+   * Its `used` is the room
    * left plus one (capacity + 1 - blocks cached): free decrements it and
    * malloc increments it as in an owned slab, so that free treats both
    * alike, and the free that finds 1 there sends the cache back. */

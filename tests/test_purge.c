@@ -1152,7 +1152,9 @@ static void *exit_foreign_a(void *arg) {
 
 static void *exit_foreign_b(void *arg) {
   pthread_t *a = arg;
-  char *mine = malloc(EF_SIZE); /* (B has a heap of its own) */
+  /* (B has a heap of its own; of another class: a trading thread's own
+   * frees share its cache's budget, and this one would send A's home) */
+  char *mine = malloc(64);
   CHECK(mine, "malloc");
   pthread_barrier_wait(&ef_bar);
   for (int i = 0; i < EF_N; i++) free(ef_blocks[i]);
