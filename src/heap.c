@@ -1154,7 +1154,6 @@ void hm_free_own_slow(block_t *b, slab_t *s) {
   if (s->used == 0) free_local_slow(h, s);
 }
 
-
 /* Push the chain head..tail of blocks of slab s on its remote list; wake
  * the owner if the slab is FULL. */
 static void remote_push(superslab_t *ss, slab_t *s, block_t *head, block_t *tail) {
