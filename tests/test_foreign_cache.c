@@ -3,7 +3,7 @@
  * (HAKMEM_FOREIGN_CACHE_KB), and go back to their owner past the budget and
  * at thread exit.
  *
- *   test_foreign_cache reuse [ROUNDS]|cap|off|newest
+ *   test_foreign_cache reuse [ROUNDS]|cap|off|newest|own
  * reuse: B frees A's blocks, then B's mallocs get exactly those blocks, and
  *        again for ROUNDS rounds (default 1; 400 rounds hand out more than
  *        2^16 blocks of the class from B's cache, past where a 16-bit count
@@ -15,6 +15,11 @@
  *        B's next malloc, whether it is A's or B's own (A has cached one of
  *        B's blocks, so B's slab names B's cache): the newest block, still
  *        in the core's cache, is used again first.
+ * own:   B trades (it freed a block of A's of another class); it frees two
+ *        of its own blocks in two slabs that are not current, and once its
+ *        current slab runs dry its next malloc of the class is the block
+ *        it freed last, not the older one (a trading thread's own frees go
+ *        on its cache of the class, whatever the slab).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -98,6 +103,35 @@ static void *newest_thread(void *arg) {
   return NULL;
 }
 
+#define OWN_M 5000 /* blocks of SIZE: several slabs */
+static void *a_other; /* A's block of another class, which B frees */
+static void *own_thread(void *arg) {
+  (void)arg;
+  free(a_other); /* B trades from now on */
+  static void *mine[OWN_M];
+  for (int i = 0; i < OWN_M; i++)
+    if ((mine[i] = malloc(SIZE)) == NULL) fail("malloc in thread B");
+  void *older = mine[0], *newer = mine[OWN_M / 3];
+  if ((char *)newer - (char *)older < (64 << 10) && (char *)older - (char *)newer < (64 << 10))
+    fail("own: the two blocks should lie in two slabs");
+  free(older);
+  free(newer);
+  mine[0] = mine[OWN_M / 3] = NULL;
+  /* the current slab's free blocks first (kept: a free now would be the
+   * newest), then the next list */
+  static void *more[4096];
+  int n = 0;
+  void *got = NULL;
+  while (got != older && got != newer) {
+    if (n == 4096) fail("own: thread B's mallocs never took its freed blocks");
+    if ((got = more[n++] = malloc(SIZE)) == NULL) fail("malloc in thread B");
+  }
+  if (got != newer) fail("own: thread B's malloc took the older of its two freed blocks first");
+  for (int i = 0; i < n; i++) free(more[i]);
+  for (int i = 0; i < OWN_M; i++) free(mine[i]);
+  return NULL;
+}
+
 /* A allocates N blocks again; how many are blocks B freed? */
 static int count_back(void) {
   void *again[N];
@@ -129,6 +163,13 @@ int main(int argc, char **argv) {
     pthread_barrier_wait(&checked);
     pthread_join(t, NULL);
     printf("foreign_cache newest: OK\n");
+    return 0;
+  }
+  if (strcmp(mode, "own") == 0) {
+    if ((a_other = malloc(4 * SIZE)) == NULL) fail("malloc");
+    if (pthread_create(&t, NULL, own_thread, NULL) != 0) fail("pthread_create");
+    pthread_join(t, NULL);
+    printf("foreign_cache own: OK\n");
     return 0;
   }
   if (strcmp(mode, "reuse") == 0) {
