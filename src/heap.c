@@ -1224,7 +1224,9 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
   free_to_slab(h, ss, b);
   return;
 #endif
-  if (atomic_load_explicit(&ss->owner, memory_order_relaxed) == NULL) {
+  /* (h's own SuperSlab stays h's: only this thread changes that) */
+  const heap_t *owner = atomic_load_explicit(&ss->owner, memory_order_relaxed);
+  if (owner == NULL) {
     free_to_slab(h, ss, b);
     return;
   }
@@ -1245,7 +1247,7 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
   slab_shape_t *sh = &ss->shape[hm_slab_index(ss, b)];
   unsigned c = __atomic_load_n(&sh->cls, __ATOMIC_RELAXED);
   bool big = hm_class_kind[c & ~SLAB_CLS_CACHED] == KIND_BIG;
-  if (big && atomic_load_explicit(&ss->owner, memory_order_relaxed) == h) {
+  if (big && owner == h) {
     /* a big class's own block: back to its slab, which hands out its
      * lowest block first (big.c); trading frees of big blocks come here
      * (their shapes name the stand-in) */
@@ -1264,7 +1266,7 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
     if (atomic_load(&ss->owner) == NULL) __atomic_store_n(&sh->fc_off, FC_STAND_IN, __ATOMIC_SEQ_CST);
   }
 #if HM_FAST_COUNTERS
-  if (atomic_load_explicit(&ss->owner, memory_order_relaxed) == h)
+  if (owner == h)
     HM_STAT_ADD(h, free_local[c], 1);
   else
     HM_STAT_ADD(h, free_remote[c], 1);

@@ -421,10 +421,10 @@ typedef struct heap {
    * free list (newest first), and it becomes cur[c] when the class's slab
    * runs dry. Once the thread trades, its own frees go there too
    * (hm_free_trading). The blocks still count as used in their own slabs.
-   * Its `used` is the room
-   * left plus one (capacity + 1 - blocks cached): free decrements it and
-   * malloc increments it as in an owned slab, so that free treats both
-   * alike, and the free that finds 1 there sends the cache back. */
+   * Its `used` is the room left plus one (capacity + 1 - blocks cached):
+   * free decrements it and malloc increments it as in an owned slab, so
+   * that free treats both alike, and the free that finds 1 there sends the
+   * cache back. */
   slab_t foreign[NUM_CLASSES];
   /* What free pushes on when the block's shape names no foreign cache
    * (fc_off): its `used` of 1 sends the block to hm_free_push_slow, which
