@@ -44,19 +44,17 @@ HM_INLINE void hm_free_trading(uintptr_t id, superslab_t *ss, slab_t *s, const s
   if (unlikely(--t->used == 0)) hm_free_push_slow(h, ss, t, b);
 }
 
-/* free: the unit map names the slab (0: not a SuperSlab's unit), the
- * SuperSlab is found by masking. */
+/* free: the unit map names the slab (NULL: not a SuperSlab's unit); its
+ * shape, a fixed distance away, holds the owner's tag; other threads find
+ * the SuperSlab by masking. */
 HM_INLINE void hm_free(void *p) {
-  uintptr_t e = hm_unit_entry(p);
-  if (likely(e != 0)) {
-    superslab_t *ss = hm_ss_of(p);
-    slab_t *s = hm_unit_slab(ss, e);
-    const slab_shape_t *sh = hm_unit_shape(ss, e);
+  slab_t *s = hm_unit_slab(p);
+  if (likely(s != NULL)) {
     /* The owner checks the block against the descriptor it writes anyway,
      * another thread against the shape (the descriptor's line stays with
      * the owner). A thread that trades never takes this branch, whose
      * outcome would be a coin toss for it: its SuperSlabs' tag is 0. */
-    if (likely(HM_PEEK(ss->owner_tag) == hm_thread_tag())) {
+    if (likely(HM_PEEK(hm_unit_shape(s)->owner_tag) == hm_thread_tag())) {
       if (unlikely(!hm_block_mark_free_own(s, p))) { /* hardening */
         hm_free_suspect(p);
         return;
@@ -64,6 +62,10 @@ HM_INLINE void hm_free(void *p) {
       hm_free_push_own(s, (block_t *)p);
       return;
     }
+    const slab_t *sd = s;
+    __asm__("" : "+r"(sd)); /* (the shape from here on: else gcc takes an lea for it ahead of the owner's branch) */
+    const slab_shape_t *sh = hm_unit_shape(sd);
+    superslab_t *ss = hm_ss_of(p);
     uintptr_t id = hm_tls_free_id;
 #ifndef HAKMEM_SECURE
     if (id & 1) {

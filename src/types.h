@@ -39,7 +39,7 @@
 #define SS_HEADER_SIZE 8192               /* secure: slab descriptors are 128 B */
 #define HM_GUARD_SIZE 4096                /* secure: PROT_NONE page at SuperSlab and span ends */
 #else
-#define SS_HEADER_SIZE 4096               /* slab 0's blocks start after it */
+#define SS_HEADER_SIZE 8192               /* slab 0's blocks start after it (descriptors and shapes: 2 KiB each) */
 #define HM_GUARD_SIZE 0
 #endif
 #define SS_MAX_SLABS 32
@@ -213,40 +213,42 @@ typedef struct {
    * has SLAB_CLS_CACHED and while its SuperSlab has an owner; else of the
    * heap's stand-in (hm_free). Relaxed atomics. */
   uint16_t fc_off;
+  /* What free compares first: the SuperSlab owner's thread pointer while
+   * it does not trade, else 0 (heap.c, ss_set_owner), in every shape of
+   * the SuperSlab, so that the owner's free reads it a fixed distance from
+   * the descriptor the unit map gives (hm_unit_shape): no SuperSlab
+   * address to compute. */
+  uintptr_t owner_tag;
+  uint8_t pad2_[24];
 } slab_shape_t;
-_Static_assert(sizeof(slab_shape_t) == 32, "two shapes a cache line");
-_Static_assert(sizeof(slab_t) % sizeof(slab_shape_t) == 0, "hm_free scales one index for both");
+_Static_assert(sizeof(slab_shape_t) == 64, "a shape a cache line");
+_Static_assert(sizeof(slab_t) % sizeof(slab_shape_t) == 0, "hm_unit_shape scales the descriptor's offset");
 
 #define SLAB_CLS_CACHED 0x80u
 _Static_assert(NUM_CLASSES <= SLAB_CLS_CACHED, "a class fits below the foreign-cache bit");
 
-/* The slab of each 64 KiB unit of a SuperSlab, as free finds it
- * (hm_free): the slab's index times HM_UNIT_MUL, so that the descriptor
- * and the shape are scaled addresses away (the shape at 4 * the entry, the
- * descriptor at 8 * it: one lea each; secure: 16 * it, two). */
 #define SS_UNIT_SHIFT 16
-#define HM_UNIT_MUL 8u
-_Static_assert((SS_MAX_SLABS - 1) * HM_UNIT_MUL + 1 <= 255, "a unit's entry + 1 fits a byte");
 _Static_assert((SS_SIZE >> SS_UNIT_SHIFT) == SS_MAX_SLABS, "the smallest slab is one unit");
 
-/* The unit map (docs/DESIGN.md, "Fast paths"): a byte per 64 KiB of the
- * 47-bit user address space, reserved read-only at start-up (2 GiB of
- * address space, in no commit charge); a page of it is made writable, and
- * so committed, per 256 MiB where SuperSlabs lie. A unit of a SuperSlab
- * set up for a kind holds its unit_slab entry + 1, every other unit 0, so
- * that free finds SuperSlab and slab in one load. hm_unit_map_n stays 0
- * until then (or if the mapping is refused): every free then takes the
- * registry's path (hm_free_slow), as it does for a SuperSlab whose page
- * could not be made writable. */
+/* The unit map (docs/DESIGN.md, "Fast paths"): per 64 KiB of the 47-bit
+ * user address space, the descriptor of the slab that covers it (NULL: no
+ * set-up SuperSlab does), so that free finds the slab in one load.
+ * Reserved read-only at start-up (16 GiB of address space, in no commit
+ * charge); a page of it is made writable, and so committed, per 32 MiB
+ * where SuperSlabs lie. hm_unit_map_n stays 0 until then (or if the
+ * mapping is refused): every free then takes the registry's path
+ * (hm_free_slow), as it does for a SuperSlab whose page could not be made
+ * writable. */
 #define UNIT_MAP_ENTRIES ((size_t)1 << (REG_ADDR_BITS - SS_UNIT_SHIFT))
-extern HM_HIDDEN uint8_t *hm_unit_map;
+extern HM_HIDDEN slab_t **hm_unit_map;
 extern HM_HIDDEN uintptr_t hm_unit_map_n;
 HM_HIDDEN void hm_unit_map_init(void);
-HM_HIDDEN void hm_unit_map_set(uintptr_t ss, const uint8_t *unit_slab);
+struct superslab;
+HM_HIDDEN void hm_unit_map_set(struct superslab *ss);
 HM_HIDDEN void hm_unit_map_clear(uintptr_t ss);
 
 typedef struct superslab {
-  /* One line of its own: what free reads first (owner, unit_slab). */
+  /* One line of its own: the owner, read by other threads' frees. */
   _Atomic(struct heap *) owner; /* NULL while abandoned or in the backend */
   uint8_t kind;
   uint8_t slab_shift;
@@ -254,8 +256,6 @@ typedef struct superslab {
   uint8_t on_partial;           /* linked on owner's list of SSs with free slabs */
   uint32_t free_mask;           /* slabs not in use (owner only) */
   _Atomic uint64_t pending;     /* slabs whose FULL flag a remote free hit */
-  uint8_t unit_slab[SS_MAX_SLABS]; /* per 64 KiB unit: its slab's index * HM_UNIT_MUL */
-  uintptr_t owner_tag;          /* what free compares: the owner's thread pointer while it does not trade, else 0 (heap.c, ss_set_owner) */
   /* The descriptors, from the second line: no descriptor's address is the
    * SuperSlab's, which the end of a block of the chunk below can be (the
    * free tag is a descriptor's address: hm_free_tag_of). */
@@ -300,20 +300,20 @@ HM_INLINE superslab_t *hm_ss_of(const void *p) {
   return (superslab_t *)((uintptr_t)p & ~SS_MASK);
 }
 HM_INLINE uint32_t hm_ss_offset(const void *p) { return (uint32_t)((uintptr_t)p & SS_MASK); }
-/* free's and malloc_usable_size's lookup: p's unit-map entry (its slab's
- * unit_slab entry + 1; 0: p lies in no set-up SuperSlab), then the slab's
- * descriptor and shape in p's SuperSlab, one scaled entry for both arrays
- * (the + 1 in the displacements: the addresses fold into the loads). */
-HM_INLINE uintptr_t hm_unit_entry(const void *p) {
+/* free's and malloc_usable_size's lookup: the descriptor of p's slab (NULL:
+ * p lies in no set-up SuperSlab). */
+HM_INLINE slab_t *hm_unit_slab(const void *p) {
   uintptr_t u = (uintptr_t)p >> SS_UNIT_SHIFT;
-  return __builtin_expect(u < HM_PEEK(hm_unit_map_n), 1) ? HM_PEEK(HM_PEEK(hm_unit_map)[u]) : 0;
+  return __builtin_expect(u < HM_PEEK(hm_unit_map_n), 1) ? HM_PEEK(HM_PEEK(hm_unit_map)[u]) : NULL;
 }
-enum { HM_UNIT_K = sizeof(slab_shape_t) / HM_UNIT_MUL, HM_UNIT_R = sizeof(slab_t) / sizeof(slab_shape_t) };
-HM_INLINE slab_t *hm_unit_slab(superslab_t *ss, uintptr_t e) {
-  return (slab_t *)((char *)ss + (offsetof(superslab_t, slabs) - HM_UNIT_K * HM_UNIT_R) + e * (HM_UNIT_K * HM_UNIT_R));
-}
-HM_INLINE const slab_shape_t *hm_unit_shape(const superslab_t *ss, uintptr_t e) {
-  return (const slab_shape_t *)((const char *)ss + (offsetof(superslab_t, shape) - HM_UNIT_K) + e * HM_UNIT_K);
+/* The shape of slab s: a fixed distance from the descriptor where the two
+ * strides are equal (default); secure, whose descriptors are twice as
+ * long, scales the descriptor's offset in the SuperSlab, (s + ss) / 2 (ss
+ * is 2 MiB aligned). */
+enum { HM_UNIT_R = sizeof(slab_t) / sizeof(slab_shape_t) };
+HM_INLINE const slab_shape_t *hm_unit_shape(const slab_t *s) {
+  uintptr_t base = ((uintptr_t)s + (HM_UNIT_R - 1) * ((uintptr_t)s & ~SS_MASK)) / HM_UNIT_R; /* ss + s's offset / R */
+  return (const slab_shape_t *)(base + (offsetof(superslab_t, shape) - offsetof(superslab_t, slabs) / HM_UNIT_R));
 }
 HM_INLINE slab_t *hm_slab_of(superslab_t *ss, const void *p) {
   return &ss->slabs[hm_ss_offset(p) >> ss->slab_shift];

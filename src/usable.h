@@ -12,19 +12,19 @@
 
 HM_HIDDEN size_t hm_usable_slow(void *p);          /* alloc.c */
 
-/* Does p, in SuperSlab unit entry e, pass free's two checks? Its shape. */
-HM_INLINE const slab_shape_t *hm_usable_shape(void *p, uintptr_t e) {
-  superslab_t *ss = hm_ss_of(p);
-  /* the slab and its shape, as hm_free finds them */
-  const slab_t *s = hm_unit_slab(ss, e);
-  const slab_shape_t *sh = hm_unit_shape(ss, e);
+/* Does p, a block of slab s (hm_unit_slab), pass free's two checks? Its
+ * shape. */
+HM_INLINE const slab_shape_t *hm_usable_shape(void *p, const slab_t *s) {
+  /* the shape, as hm_free finds it */
+  const slab_shape_t *sh = hm_unit_shape(s);
   return hm_slab_holds(sh, p) && ((const uintptr_t *)p)[1] != hm_free_tag_of(s) ? sh : NULL;
 }
 
 HM_INLINE size_t hm_usable(void *p) {
-  uintptr_t a = (uintptr_t)p, e = hm_unit_entry(p);
-  if (likely(e != 0)) {
-    const slab_shape_t *sh = hm_usable_shape(p, e);
+  uintptr_t a = (uintptr_t)p;
+  const slab_t *s = hm_unit_slab(p);
+  if (likely(s != NULL)) {
+    const slab_shape_t *sh = hm_usable_shape(p, s);
     if (likely(sh != NULL)) return sh->block_size;
   } else {
     size_t u = hm_large_usable_live(p, hm_reg_kind(a));
@@ -36,9 +36,9 @@ HM_INLINE size_t hm_usable(void *p) {
 /* hm_usable without its slow path: 0 for anything but a live block (the
  * caller takes a checked path). */
 HM_INLINE size_t hm_usable_live(void *p) {
-  uintptr_t e = hm_unit_entry(p);
-  if (likely(e != 0)) {
-    const slab_shape_t *sh = hm_usable_shape(p, e);
+  const slab_t *s = hm_unit_slab(p);
+  if (likely(s != NULL)) {
+    const slab_shape_t *sh = hm_usable_shape(p, s);
     return likely(sh != NULL) ? sh->block_size : 0;
   }
   return hm_large_usable_live(p, hm_reg_kind((uintptr_t)p));

@@ -37,23 +37,24 @@ static void unit_map(void) {
       p[k][i] = malloc(sizes[k]);
       CHECK(p[k][i] != NULL, "malloc(%zu)", sizes[k]);
     }
-  CHECK(hm_unit_map != NULL && hm_unit_map_n != 0, "the unit map is mapped");
+  CHECK(hm_unit_map != NULL && hm_unit_map_n == UNIT_MAP_ENTRIES, "the unit map is mapped");
   size_t set = 0;
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
     for (int i = 0; i < N; i++) {
       uintptr_t a = (uintptr_t)p[k][i];
       if (hm_reg_is(a, REG_SS)) {
-        CHECK(hm_unit_map[a >> SS_UNIT_SHIFT] != 0, "a slab block of %zu B has no unit-map entry", sizes[k]);
+        CHECK(hm_unit_map[a >> SS_UNIT_SHIFT] == hm_slab_of(hm_ss_of(p[k][i]), p[k][i]),
+              "a slab block of %zu B: its unit-map entry is not its slab", sizes[k]);
         set++;
       }
     }
   CHECK(set >= (sizeof sizes / sizeof sizes[0] - 1) * N, "slab blocks found: %zu", set);
   int local = 0;
-  CHECK(hm_unit_map[(uintptr_t)&local >> SS_UNIT_SHIFT] == 0, "the stack's unit reads non-zero");
-  CHECK(hm_unit_map[(uintptr_t)&unit_map >> SS_UNIT_SHIFT] == 0, "the code's unit reads non-zero");
-  uintptr_t lo = (uintptr_t)hm_unit_map, hi = lo + hm_unit_map_n;
+  CHECK(hm_unit_map[(uintptr_t)&local >> SS_UNIT_SHIFT] == NULL, "the stack's unit names a slab");
+  CHECK(hm_unit_map[(uintptr_t)&unit_map >> SS_UNIT_SHIFT] == NULL, "the code's unit names a slab");
+  uintptr_t lo = (uintptr_t)hm_unit_map, hi = lo + UNIT_MAP_ENTRIES * sizeof(slab_t *);
   size_t w = writable_in(lo, hi);
-  printf("unit map: %zu MiB reserved, %zu KiB writable, %zu slab blocks\n", (size_t)(hm_unit_map_n >> 20), w >> 10, set);
+  printf("unit map: %zu MiB reserved, %zu KiB writable, %zu slab blocks\n", (size_t)(UNIT_MAP_ENTRIES * sizeof(slab_t *) >> 20), w >> 10, set);
   CHECK(w <= 64 * 4096, "%zu KiB of the unit map are writable (in the commit charge)", w >> 10);
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
     for (int i = 0; i < N; i++) free(p[k][i]);
