@@ -98,6 +98,9 @@ static char *live_block(size_t n) {
   tc_fill(p, n, n);
   return p;
 }
+/* a live block's address with a bit above the 47-bit space set: its low
+ * bits name a slab in the unit map, which free must not read through */
+static void c_wild_tagged(void) { free(announce((void *)((uintptr_t)live_block(64) | (uintptr_t)1 << 50))); }
 /* warn mode: the block the bad pointer pointed into is intact and frees */
 static void block_left_alone(char *p, size_t n) {
   CHECK_PATTERN(p, n, n, "block after a rejected free of a pointer into it");
@@ -640,6 +643,7 @@ static const struct mcase cases[] = {
     {"own_mmap", c_own_mmap, ABORTS, "invalid free", "not allocated by hakmem", 0, 0},
     {"wild", c_wild, ABORTS, "invalid free", "not allocated by hakmem", 0, 0},
     {"wild_high", c_wild_high, ABORTS, "invalid free", "not allocated by hakmem", 0, 0},
+    {"wild_tagged", c_wild_tagged, ABORTS, "invalid free", "not allocated by hakmem", 0, 0},
     {"interior_tiny", c_interior_tiny, ABORTS, "invalid free", "interior pointer: byte 16 of a 64-byte block", 0, 0},
     {"unaligned_tiny", c_unaligned_tiny, ABORTS, "invalid free", "unaligned pointer: byte 1 of a 64-byte block", 0, 0},
     {"interior_mid", c_interior_mid, ABORTS, "invalid free", "interior pointer: byte 4096 of a 20480-byte block", 0, 0},
