@@ -54,7 +54,7 @@ HM_INLINE void hm_free(void *p) {
      * another thread against the shape (the descriptor's line stays with
      * the owner). A thread that trades never takes this branch, whose
      * outcome would be a coin toss for it: its SuperSlabs' tag is 0. */
-    if (likely(HM_PEEK(hm_unit_shape(s)->owner_tag) == hm_thread_tag())) {
+    if (likely(HM_PEEK(hm_shape_of(s)->owner_tag) == hm_thread_tag())) {
       if (unlikely(!hm_block_mark_free_own(s, p))) { /* hardening */
         hm_free_suspect(p);
         return;
@@ -64,7 +64,7 @@ HM_INLINE void hm_free(void *p) {
     }
     const slab_t *sd = s;
     __asm__("" : "+r"(sd)); /* (the shape from here on: else gcc takes an lea for it ahead of the owner's branch) */
-    const slab_shape_t *sh = hm_unit_shape(sd);
+    const slab_shape_t *sh = hm_shape_of(sd);
     superslab_t *ss = hm_ss_of(p);
     uintptr_t id = hm_tls_free_id;
 #ifndef HAKMEM_SECURE

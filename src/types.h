@@ -216,13 +216,13 @@ typedef struct {
   /* What free compares first: the SuperSlab owner's thread pointer while
    * it does not trade, else 0 (heap.c, ss_set_owner), in every shape of
    * the SuperSlab, so that the owner's free reads it a fixed distance from
-   * the descriptor the unit map gives (hm_unit_shape): no SuperSlab
+   * the descriptor the unit map gives (hm_shape_of): no SuperSlab
    * address to compute. */
   uintptr_t owner_tag;
   uint8_t pad2_[24];
 } slab_shape_t;
 _Static_assert(sizeof(slab_shape_t) == 64, "a shape a cache line");
-_Static_assert(sizeof(slab_t) % sizeof(slab_shape_t) == 0, "hm_unit_shape scales the descriptor's offset");
+_Static_assert(sizeof(slab_t) % sizeof(slab_shape_t) == 0, "hm_shape_of scales the descriptor's offset");
 
 #define SLAB_CLS_CACHED 0x80u
 _Static_assert(NUM_CLASSES <= SLAB_CLS_CACHED, "a class fits below the foreign-cache bit");
@@ -306,15 +306,6 @@ HM_INLINE slab_t *hm_unit_slab(const void *p) {
   uintptr_t u = (uintptr_t)p >> SS_UNIT_SHIFT;
   return __builtin_expect(u < HM_PEEK(hm_unit_map_n), 1) ? HM_PEEK(HM_PEEK(hm_unit_map)[u]) : NULL;
 }
-/* The shape of slab s: a fixed distance from the descriptor where the two
- * strides are equal (default); secure, whose descriptors are twice as
- * long, scales the descriptor's offset in the SuperSlab, (s + ss) / 2 (ss
- * is 2 MiB aligned). */
-enum { HM_UNIT_R = sizeof(slab_t) / sizeof(slab_shape_t) };
-HM_INLINE const slab_shape_t *hm_unit_shape(const slab_t *s) {
-  uintptr_t base = ((uintptr_t)s + (HM_UNIT_R - 1) * ((uintptr_t)s & ~SS_MASK)) / HM_UNIT_R; /* ss + s's offset / R */
-  return (const slab_shape_t *)(base + (offsetof(superslab_t, shape) - offsetof(superslab_t, slabs) / HM_UNIT_R));
-}
 HM_INLINE slab_t *hm_slab_of(superslab_t *ss, const void *p) {
   return &ss->slabs[hm_ss_offset(p) >> ss->slab_shift];
 }
@@ -325,8 +316,14 @@ HM_INLINE size_t hm_slab_index(const superslab_t *ss, const void *p) {
 HM_INLINE unsigned hm_slab_idx(const slab_t *s) {
   return (unsigned)((((uintptr_t)s & SS_MASK) - offsetof(superslab_t, slabs)) / sizeof(slab_t));
 }
+/* The shape of slab s: a fixed distance from the descriptor where the two
+ * strides are equal (default: free's owner test reads the tag there);
+ * secure, whose descriptors are twice as long, scales the descriptor's
+ * offset in the SuperSlab, (s + ss) / 2 (ss is 2 MiB aligned). */
+enum { HM_SHAPE_R = sizeof(slab_t) / sizeof(slab_shape_t) };
 HM_INLINE slab_shape_t *hm_shape_of(const slab_t *s) {
-  return &hm_ss_of(s)->shape[hm_slab_idx(s)];
+  uintptr_t base = ((uintptr_t)s + (HM_SHAPE_R - 1) * ((uintptr_t)s & ~SS_MASK)) / HM_SHAPE_R; /* ss + s's offset / R */
+  return (slab_shape_t *)(base + (offsetof(superslab_t, shape) - offsetof(superslab_t, slabs) / HM_SHAPE_R));
 }
 /* Slab s's block size: the default descriptor keeps none (its line is
  * full), the shape has it. */

@@ -16,7 +16,7 @@ HM_HIDDEN size_t hm_usable_slow(void *p);          /* alloc.c */
  * shape. */
 HM_INLINE const slab_shape_t *hm_usable_shape(void *p, const slab_t *s) {
   /* the shape, as hm_free finds it */
-  const slab_shape_t *sh = hm_unit_shape(s);
+  const slab_shape_t *sh = hm_shape_of(s);
   return hm_slab_holds(sh, p) && ((const uintptr_t *)p)[1] != hm_free_tag_of(s) ? sh : NULL;
 }
 

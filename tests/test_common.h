@@ -164,20 +164,23 @@ static size_t __attribute__((unused)) tc_rss_bytes(void) {
   if (sscanf(buf, "%lu %lu", &size, &rss) != 2) FAILF("cannot parse /proc/self/statm: %s", buf);
   return (size_t)rss * (size_t)sysconf(_SC_PAGESIZE);
 }
-/* A "Vm...:" field of /proc/self/status in bytes (e.g. "VmSize"). */
-static size_t __attribute__((unused)) tc_status_bytes(const char *field) {
+/* The number of a /proc/self/status field (e.g. "Threads"), read without
+ * stdio (a FILE's buffer is a malloc). */
+static unsigned long __attribute__((unused)) tc_status_field(const char *field) {
   char buf[8192];
   if (tc_read_file("/proc/self/status", buf, sizeof buf) <= 0) FAILF("cannot read /proc/self/status");
   size_t fl = strlen(field);
   for (char *l = buf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
     if (strncmp(l, field, fl) == 0 && l[fl] == ':') {
-      unsigned long kb = 0;
-      if (sscanf(l + fl + 1, "%lu", &kb) != 1) FAILF("cannot parse %s", field);
-      return (size_t)kb * 1024;
+      unsigned long v = 0;
+      if (sscanf(l + fl + 1, "%lu", &v) != 1) FAILF("cannot parse %s", field);
+      return v;
     }
   }
   FAILF("field %s not in /proc/self/status", field);
 }
+/* A "Vm...:" field of /proc/self/status in bytes (e.g. "VmSize"). */
+static size_t __attribute__((unused)) tc_status_bytes(const char *field) { return (size_t)tc_status_field(field) * 1024; }
 #define MiB ((size_t)1 << 20)
 
 /* Iteration scale from HAKMEM_TEST_SCALE (default 1.0). */

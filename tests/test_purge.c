@@ -480,16 +480,9 @@ static void t_bg_control(void) {
         peak / MiB, tc_rss_bytes() / MiB);
 }
 
-/* (read without stdio: a FILE's buffer is a malloc, whose free may run a
- * purge step and so give back what the caller is about to measure) */
-static int count_threads(void) {
-  char buf[8192];
-  CHECK(tc_read_file("/proc/self/status", buf, sizeof buf) > 0, "read /proc/self/status");
-  const char *t = strstr(buf, "\nThreads:");
-  int n = -1;
-  CHECK(t != NULL && sscanf(t + 1, "Threads: %d", &n) == 1, "no Threads: line in /proc/self/status");
-  return n;
-}
+/* (tc_status_field reads without stdio: the free of a FILE's buffer may
+ * run a purge step and give back what the caller is about to measure) */
+static int count_threads(void) { return (int)tc_status_field("Threads"); }
 
 static void t_auto(bool on) {
   /* never more than about 1 MiB unused (the reserve is 4 MiB): no thread */
