@@ -44,17 +44,20 @@ HM_INLINE void hm_free_trading(uintptr_t id, superslab_t *ss, slab_t *s, const s
   if (unlikely(--t->used == 0)) hm_free_push_slow(h, ss, t, b);
 }
 
-/* free: the unit map names the slab (NULL: not a SuperSlab's unit); its
- * shape, a fixed distance away, holds the owner's tag; other threads find
- * the SuperSlab by masking. */
+/* free: the unit map names the slab (NULL: not a SuperSlab's unit) and the
+ * SuperSlab owner's tag, in one entry; other threads find the shape a
+ * fixed distance from the descriptor and the SuperSlab by masking. */
 HM_INLINE void hm_free(void *p) {
-  slab_t *s = hm_unit_slab(p);
-  if (likely(s != NULL)) {
+  uintptr_t u = (uintptr_t)p >> SS_UNIT_SHIFT;
+  if (likely(u < HM_PEEK(hm_unit_map_n))) {
+    const unit_entry_t *e = &HM_PEEK(hm_unit_map)[u];
     /* The owner checks the block against the descriptor it writes anyway,
      * another thread against the shape (the descriptor's line stays with
      * the owner). A thread that trades never takes this branch, whose
-     * outcome would be a coin toss for it: its SuperSlabs' tag is 0. */
-    if (likely(HM_PEEK(hm_shape_of(s)->owner_tag) == hm_thread_tag())) {
+     * outcome would be a coin toss for it: its SuperSlabs' tag is 0. A
+     * tag is set only where the slab is (types.h): no NULL test here. */
+    if (likely(HM_PEEK(e->owner_tag) == hm_thread_tag())) {
+      slab_t *s = HM_PEEK(e->slab);
       if (unlikely(!hm_block_mark_free_own(s, p))) { /* hardening */
         hm_free_suspect(p);
         return;
@@ -62,23 +65,24 @@ HM_INLINE void hm_free(void *p) {
       hm_free_push_own(s, (block_t *)p);
       return;
     }
-    const slab_t *sd = s;
-    __asm__("" : "+r"(sd)); /* (the shape from here on: else gcc takes an lea for it ahead of the owner's branch) */
-    const slab_shape_t *sh = hm_shape_of(sd);
-    superslab_t *ss = hm_ss_of(p);
-    uintptr_t id = hm_tls_free_id;
+    slab_t *s = HM_PEEK(e->slab);
+    if (likely(s != NULL)) {
+      const slab_shape_t *sh = hm_shape_of(s);
+      superslab_t *ss = hm_ss_of(p);
+      uintptr_t id = hm_tls_free_id;
 #ifndef HAKMEM_SECURE
-    if (id & 1) {
-      hm_free_trading(id, ss, s, sh, p);
-      return;
-    }
+      if (id & 1) {
+        hm_free_trading(id, ss, s, sh, p);
+        return;
+      }
 #endif
-    if (unlikely(!hm_block_mark_free(sh, s, p))) {
-      hm_free_suspect(p);
+      if (unlikely(!hm_block_mark_free(sh, s, p))) {
+        hm_free_suspect(p);
+        return;
+      }
+      hm_free_foreign((heap_t *)id, ss, (block_t *)p);
       return;
     }
-    hm_free_foreign((heap_t *)id, ss, (block_t *)p);
-    return;
   }
   hm_free_slow(p);
 }

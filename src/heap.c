@@ -70,21 +70,13 @@ static void credit_drop(heap_t *h, slab_t *s, uint16_t to) {
   s->credit = to;
 }
 
-/* The tag in each of ss's shapes (slab_shape_t.owner_tag), stored only
- * where it changes: in a fork's child each store copies a page. */
-static void ss_set_tag(superslab_t *ss, uintptr_t tag) {
-  for (unsigned i = 0; i < SS_MAX_SLABS; i++)
-    if (__atomic_load_n(&ss->shape[i].owner_tag, __ATOMIC_RELAXED) != tag)
-      __atomic_store_n(&ss->shape[i].owner_tag, tag, __ATOMIC_RELAXED);
-}
-
 /* ss's owner, and the tag free compares with the thread pointer (types.h):
  * the calling thread's while h is its heap and it does not trade, else 0,
  * so that the owner's test in free is this thread's and nothing else's
  * (docs/DESIGN.md, "Threads"). */
 static void ss_set_owner(superslab_t *ss, heap_t *h) {
   uintptr_t tag = h == hm_tls_heap && hm_tls_free_id == (uintptr_t)h ? hm_thread_tag() : 0; /* (hm_tls_heap: never NULL) */
-  ss_set_tag(ss, tag);
+  hm_unit_map_tag(ss, tag);
   atomic_store(&ss->owner, h);
 }
 
@@ -92,7 +84,7 @@ static void ss_set_owner(superslab_t *ss, heap_t *h) {
  * (hm_free_trading tells the owner's blocks from others' itself), or it is
  * gone (fork's child, where a new thread may get its thread pointer). */
 static void heap_untag(heap_t *h) {
-  for (superslab_t *ss = h->all; ss != NULL; ss = ss->all_next) ss_set_tag(ss, 0);
+  for (superslab_t *ss = h->all; ss != NULL; ss = ss->all_next) hm_unit_map_tag(ss, 0);
 }
 
 /* Make s the current slab of class c, in cur[] and, for a class of direct sizes, in

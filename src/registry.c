@@ -13,26 +13,26 @@
 uint8_t hm_registry[REG_ENTRIES];
 
 /* The unit map (types.h): mapped here, not by os.c, so that its reserved
- * 16 GiB count in no committed figure; start-up, before any SuperSlab.
+ * 32 GiB count in no committed figure; start-up, before any SuperSlab.
  * Read-only, a private mapping is in no commit charge even where
  * overcommit is strict (vm.overcommit_memory=2), and every read of it is
  * safe; a page is made writable when a SuperSlab in its range is set up. */
-slab_t **hm_unit_map;
+unit_entry_t *hm_unit_map;
 uintptr_t hm_unit_map_n;
 
-#define UNIT_MAP_BYTES (UNIT_MAP_ENTRIES * sizeof(slab_t *))
+#define UNIT_MAP_BYTES (UNIT_MAP_ENTRIES * sizeof(unit_entry_t))
 #define UNIT_MAP_PAGES (UNIT_MAP_BYTES / HM_PAGE_SIZE)
 static uint64_t unit_map_rw[UNIT_MAP_PAGES / 64]; /* the pages made writable */
 
 void hm_unit_map_init(void) {
   void *m = mmap(NULL, UNIT_MAP_BYTES, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) return; /* every free takes the registry's path */
-  __atomic_store_n(&hm_unit_map, (slab_t **)m, __ATOMIC_RELAXED);
+  __atomic_store_n(&hm_unit_map, (unit_entry_t *)m, __ATOMIC_RELAXED);
   __atomic_store_n(&hm_unit_map_n, (uintptr_t)UNIT_MAP_ENTRIES, __ATOMIC_RELEASE);
 }
 
 /* A SuperSlab's 32 entries lie in one page (it is 2 MiB aligned). */
-static bool unit_map_writable(slab_t *const *m) {
+static bool unit_map_writable(const unit_entry_t *m) {
   size_t pg = (size_t)((const char *)m - (const char *)hm_unit_map) / HM_PAGE_SIZE;
   uint64_t bit = (uint64_t)1 << (pg % 64);
   if (__atomic_load_n(&unit_map_rw[pg / 64], __ATOMIC_ACQUIRE) & bit) return true;
@@ -42,19 +42,32 @@ static bool unit_map_writable(slab_t *const *m) {
   return true;
 }
 
-/* ss, set up for its kind (slab_shift): each unit names its slab. */
+/* ss, set up for its kind (slab_shift): each unit names its slab. (Its
+ * tag is 0: set by hm_unit_map_tag once ss has an owner.) */
 void hm_unit_map_set(superslab_t *ss) {
   if (__atomic_load_n(&hm_unit_map_n, __ATOMIC_ACQUIRE) == 0) return;
-  slab_t **m = hm_unit_map + ((uintptr_t)ss >> SS_UNIT_SHIFT);
+  unit_entry_t *m = hm_unit_map + ((uintptr_t)ss >> SS_UNIT_SHIFT);
   if (!unit_map_writable(m)) return; /* its frees take the registry's path */
   for (unsigned u = 0; u < SS_MAX_SLABS; u++)
-    __atomic_store_n(&m[u], &ss->slabs[u >> (ss->slab_shift - SS_UNIT_SHIFT)], __ATOMIC_RELAXED);
+    __atomic_store_n(&m[u].slab, &ss->slabs[u >> (ss->slab_shift - SS_UNIT_SHIFT)], __ATOMIC_RELAXED);
 }
 
+/* ss's owner tag in its entries, stored only where it changes (in a fork's
+ * child each store copies a page), and only if they are set: else their
+ * page may be read-only, and free finds no slab there anyway. */
+void hm_unit_map_tag(superslab_t *ss, uintptr_t tag) {
+  if (__atomic_load_n(&hm_unit_map_n, __ATOMIC_ACQUIRE) == 0) return;
+  unit_entry_t *m = hm_unit_map + ((uintptr_t)ss >> SS_UNIT_SHIFT);
+  if (__atomic_load_n(&m[0].slab, __ATOMIC_RELAXED) != &ss->slabs[0]) return;
+  for (unsigned u = 0; u < SS_MAX_SLABS; u++)
+    if (__atomic_load_n(&m[u].owner_tag, __ATOMIC_RELAXED) != tag) __atomic_store_n(&m[u].owner_tag, tag, __ATOMIC_RELAXED);
+}
+
+/* ss has no owner (its tag is 0 already). */
 void hm_unit_map_clear(uintptr_t ss) {
   if (__atomic_load_n(&hm_unit_map_n, __ATOMIC_ACQUIRE) == 0) return;
-  slab_t **m = hm_unit_map + (ss >> SS_UNIT_SHIFT);
+  unit_entry_t *m = hm_unit_map + (ss >> SS_UNIT_SHIFT);
   /* entries never set read NULL and are left alone (their page may be read-only) */
   for (unsigned u = 0; u < SS_MAX_SLABS; u++)
-    if (__atomic_load_n(&m[u], __ATOMIC_RELAXED) != NULL) __atomic_store_n(&m[u], (slab_t *)NULL, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&m[u].slab, __ATOMIC_RELAXED) != NULL) __atomic_store_n(&m[u].slab, (slab_t *)NULL, __ATOMIC_RELAXED);
 }

@@ -213,13 +213,7 @@ typedef struct {
    * has SLAB_CLS_CACHED and while its SuperSlab has an owner; else of the
    * heap's stand-in (hm_free). Relaxed atomics. */
   uint16_t fc_off;
-  /* What free compares first: the SuperSlab owner's thread pointer while
-   * it does not trade, else 0 (heap.c, ss_set_owner), in every shape of
-   * the SuperSlab, so that the owner's free reads it a fixed distance from
-   * the descriptor the unit map gives (hm_shape_of): no SuperSlab
-   * address to compute. */
-  uintptr_t owner_tag;
-  uint8_t pad2_[24];
+  uint8_t pad2_[32];           /* a line each: a fixed distance from the descriptor (hm_shape_of) */
 } slab_shape_t;
 _Static_assert(sizeof(slab_shape_t) == 64, "a shape a cache line");
 _Static_assert(sizeof(slab_t) % sizeof(slab_shape_t) == 0, "hm_shape_of scales the descriptor's offset");
@@ -232,19 +226,27 @@ _Static_assert((SS_SIZE >> SS_UNIT_SHIFT) == SS_MAX_SLABS, "the smallest slab is
 
 /* The unit map (docs/DESIGN.md, "Fast paths"): per 64 KiB of the 47-bit
  * user address space, the descriptor of the slab that covers it (NULL: no
- * set-up SuperSlab does), so that free finds the slab in one load.
- * Reserved read-only at start-up (16 GiB of address space, in no commit
- * charge); a page of it is made writable, and so committed, per 32 MiB
- * where SuperSlabs lie. hm_unit_map_n stays 0 until then (or if the
- * mapping is refused): every free then takes the registry's path
- * (hm_free_slow), as it does for a SuperSlab whose page could not be made
- * writable. */
+ * set-up SuperSlab does) and the SuperSlab owner's tag, so that free finds
+ * the slab and tells its owner in one line. Reserved read-only at start-up
+ * (32 GiB of address space, in no commit charge); a page of it is made
+ * writable, and so committed, per 16 MiB where SuperSlabs lie.
+ * hm_unit_map_n stays 0 until then (or if the mapping is refused): every
+ * free then takes the registry's path (hm_free_slow), as it does for a
+ * SuperSlab whose page could not be made writable. */
+typedef struct {
+  struct slab *slab;
+  /* The owner's thread pointer while it does not trade, else 0 (heap.c,
+   * ss_set_owner); non-zero only where slab is set: the owner's free
+   * compares it first and then takes slab without a test. */
+  uintptr_t owner_tag;
+} unit_entry_t;
 #define UNIT_MAP_ENTRIES ((size_t)1 << (REG_ADDR_BITS - SS_UNIT_SHIFT))
-extern HM_HIDDEN slab_t **hm_unit_map;
+extern HM_HIDDEN unit_entry_t *hm_unit_map;
 extern HM_HIDDEN uintptr_t hm_unit_map_n;
 HM_HIDDEN void hm_unit_map_init(void);
 struct superslab;
 HM_HIDDEN void hm_unit_map_set(struct superslab *ss);
+HM_HIDDEN void hm_unit_map_tag(struct superslab *ss, uintptr_t tag);
 HM_HIDDEN void hm_unit_map_clear(uintptr_t ss);
 
 typedef struct superslab {
@@ -284,8 +286,8 @@ _Static_assert(offsetof(superslab_t, slabs) == 64, "descriptors from the second 
 
 /* The calling thread's pointer (x86-64: %fs:0, the TCB's own address; no
  * GOT load, as a TLS variable of a shared library takes): unique among
- * live threads, never 0. free compares it with owner_tag (docs/DESIGN.md,
- * "Threads"). */
+ * live threads, never 0. free compares it with the unit map's owner_tag
+ * (docs/DESIGN.md, "Threads"). */
 HM_INLINE uintptr_t hm_thread_tag(void) {
 #if defined(__x86_64__)
   uintptr_t t;
@@ -304,7 +306,7 @@ HM_INLINE uint32_t hm_ss_offset(const void *p) { return (uint32_t)((uintptr_t)p 
  * p lies in no set-up SuperSlab). */
 HM_INLINE slab_t *hm_unit_slab(const void *p) {
   uintptr_t u = (uintptr_t)p >> SS_UNIT_SHIFT;
-  return __builtin_expect(u < HM_PEEK(hm_unit_map_n), 1) ? HM_PEEK(HM_PEEK(hm_unit_map)[u]) : NULL;
+  return __builtin_expect(u < HM_PEEK(hm_unit_map_n), 1) ? HM_PEEK(HM_PEEK(hm_unit_map)[u].slab) : NULL;
 }
 HM_INLINE slab_t *hm_slab_of(superslab_t *ss, const void *p) {
   return &ss->slabs[hm_ss_offset(p) >> ss->slab_shift];
@@ -317,7 +319,8 @@ HM_INLINE unsigned hm_slab_idx(const slab_t *s) {
   return (unsigned)((((uintptr_t)s & SS_MASK) - offsetof(superslab_t, slabs)) / sizeof(slab_t));
 }
 /* The shape of slab s: a fixed distance from the descriptor where the two
- * strides are equal (default: free's owner test reads the tag there);
+ * strides are equal (default: other threads' frees and
+ * malloc_usable_size find it with one lea);
  * secure, whose descriptors are twice as long, scales the descriptor's
  * offset in the SuperSlab, (s + ss) / 2 (ss is 2 MiB aligned). */
 enum { HM_SHAPE_R = sizeof(slab_t) / sizeof(slab_shape_t) };

@@ -1,9 +1,9 @@
 /* The registry and the unit map (src/registry.c).
  *
  *   test_registry unit_map
- *     blocks of every slab kind (a few SuperSlabs) have non-zero unit-map
- *     entries, and an address that is not hakmem's reads 0; the map's 2 GiB
- *     stay read-only but for a few pages, so that it is in no commit charge
+ *     blocks of every slab kind (a few SuperSlabs) have unit-map entries
+ *     that name their slab and carry this thread's tag, and an address
+ *     that is not hakmem's reads NULL and 0; the map's 32 GiB stay read-only but for a few pages, so that it is in no commit charge
  *     (a writable private mapping is charged in full where overcommit is
  *     strict, vm.overcommit_memory=2). */
 #define _GNU_SOURCE
@@ -43,18 +43,21 @@ static void unit_map(void) {
     for (int i = 0; i < N; i++) {
       uintptr_t a = (uintptr_t)p[k][i];
       if (hm_reg_is(a, REG_SS)) {
-        CHECK(hm_unit_map[a >> SS_UNIT_SHIFT] == hm_slab_of(hm_ss_of(p[k][i]), p[k][i]),
+        CHECK(hm_unit_map[a >> SS_UNIT_SHIFT].slab == hm_slab_of(hm_ss_of(p[k][i]), p[k][i]),
               "a slab block of %zu B: its unit-map entry is not its slab", sizes[k]);
+        CHECK(hm_unit_map[a >> SS_UNIT_SHIFT].owner_tag == hm_thread_tag(),
+              "a slab block of %zu B: its unit-map entry does not carry this thread's tag", sizes[k]);
         set++;
       }
     }
   CHECK(set >= (sizeof sizes / sizeof sizes[0] - 1) * N, "slab blocks found: %zu", set);
   int local = 0;
-  CHECK(hm_unit_map[(uintptr_t)&local >> SS_UNIT_SHIFT] == NULL, "the stack's unit names a slab");
-  CHECK(hm_unit_map[(uintptr_t)&unit_map >> SS_UNIT_SHIFT] == NULL, "the code's unit names a slab");
-  uintptr_t lo = (uintptr_t)hm_unit_map, hi = lo + UNIT_MAP_ENTRIES * sizeof(slab_t *);
+  CHECK(hm_unit_map[(uintptr_t)&local >> SS_UNIT_SHIFT].slab == NULL, "the stack's unit names a slab");
+  CHECK(hm_unit_map[(uintptr_t)&unit_map >> SS_UNIT_SHIFT].slab == NULL, "the code's unit names a slab");
+  CHECK(hm_unit_map[(uintptr_t)&local >> SS_UNIT_SHIFT].owner_tag == 0, "the stack's unit has a tag");
+  uintptr_t lo = (uintptr_t)hm_unit_map, hi = lo + UNIT_MAP_ENTRIES * sizeof(unit_entry_t);
   size_t w = writable_in(lo, hi);
-  printf("unit map: %zu MiB reserved, %zu KiB writable, %zu slab blocks\n", (size_t)(UNIT_MAP_ENTRIES * sizeof(slab_t *) >> 20), w >> 10, set);
+  printf("unit map: %zu MiB reserved, %zu KiB writable, %zu slab blocks\n", (size_t)(UNIT_MAP_ENTRIES * sizeof(unit_entry_t) >> 20), w >> 10, set);
   CHECK(w <= 64 * 4096, "%zu KiB of the unit map are writable (in the commit charge)", w >> 10);
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
     for (int i = 0; i < N; i++) free(p[k][i]);
