@@ -3,8 +3,9 @@
  *   test_registry unit_map
  *     blocks of every slab kind (a few SuperSlabs) have unit-map entries
  *     that name their slab and carry this thread's tag, and an address
- *     that is not hakmem's reads NULL and 0; the map's 32 GiB stay read-only but for a few pages, so that it is in no commit charge
- *     (a writable private mapping is charged in full where overcommit is
+ *     that is not hakmem's reads NULL and 0; the map's 32 GiB stay
+ *     read-only but for a few pages, so that it is in no commit charge (a
+ *     writable private mapping is charged in full where overcommit is
  *     strict, vm.overcommit_memory=2). */
 #define _GNU_SOURCE
 #include "test_common.h"
