@@ -913,11 +913,17 @@ void hm_heap_process_init(void) {
 }
 
 /* Blocks a heap caches per class from other threads' slabs: a byte budget
- * (HAKMEM_FOREIGN_CACHE_KB), at least one block unless the cache is off
- * (a floor in blocks would let the large classes hold megabytes). */
+ * (HAKMEM_FOREIGN_CACHE_KB), but at least FC_MIN_BLOCKS where that takes
+ * at most FC_MIN_BYTES (a batch of blocks handed between threads fits:
+ * docs/PERFORMANCE.md), and at least one block unless the cache is off. */
+#define FC_MIN_BLOCKS 128
+#define FC_MIN_BYTES ((uint64_t)128 << 10)
 static uint32_t foreign_cap(unsigned c) {
   if (hm_opt[HM_OPT_FOREIGN_CACHE_KB] == 0) return 0;
   uint64_t n = ((uint64_t)hm_opt[HM_OPT_FOREIGN_CACHE_KB] << 10) / hm_class_size[c];
+  uint64_t floor = FC_MIN_BYTES / hm_class_size[c];
+  if (floor > FC_MIN_BLOCKS) floor = FC_MIN_BLOCKS;
+  if (n < floor) n = floor;
   return n < 1 ? 1 : n > 32767 ? 32767 : (uint32_t)n; /* (counts are mod 2^16) */
 }
 
