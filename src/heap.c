@@ -921,9 +921,9 @@ void hm_heap_process_init(void) {
 static uint32_t foreign_cap(unsigned c) {
   if (hm_opt[HM_OPT_FOREIGN_CACHE_KB] == 0) return 0;
   uint64_t n = ((uint64_t)hm_opt[HM_OPT_FOREIGN_CACHE_KB] << 10) / hm_class_size[c];
-  uint64_t floor = FC_MIN_BYTES / hm_class_size[c];
-  if (floor > FC_MIN_BLOCKS) floor = FC_MIN_BLOCKS;
-  if (n < floor) n = floor;
+  uint64_t least = FC_MIN_BYTES / hm_class_size[c];
+  if (least > FC_MIN_BLOCKS) least = FC_MIN_BLOCKS;
+  if (n < least) n = least;
   return n < 1 ? 1 : n > 32767 ? 32767 : (uint32_t)n; /* (counts are mod 2^16) */
 }
 
