@@ -10,11 +10,18 @@
 void *hak_malloc(size_t n) { return hm_malloc(n); }
 void hak_free(void *p) { hm_free(p); }
 
-/* free of something that is not a SuperSlab block: NULL, a large block, a
- * libc block (HAKMEM_FORCE_LIBC_ALLOC), or a pointer that is not ours. */
+/* free of something the unit map names no slab for: NULL, a large block, a
+ * libc block (HAKMEM_FORCE_LIBC_ALLOC), a pointer that is not ours, or a
+ * SuperSlab block where there is no unit map (its mapping was refused, as
+ * under an RLIMIT_AS below its reservation) or its page could not be made
+ * writable: the checked path frees that one. */
 void hm_free_slow(void *p) {
   if (p == NULL) return;
   unsigned k = hm_reg_kind((uintptr_t)p);
+  if (k == REG_SS) {
+    hm_free_suspect(p);
+    return;
+  }
   if (hm_reg_large(k)) {
     if (unlikely(hm_sample_active) && hm_prof_free(p, k)) return; /* (sampled blocks are large ones: prof.c) */
     hm_large_free(p);

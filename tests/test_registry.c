@@ -6,9 +6,18 @@
  *     that is not hakmem's reads NULL and 0; the map's 32 GiB stay
  *     read-only but for a few pages, so that it is in no commit charge (a
  *     writable private mapping is charged in full where overcommit is
- *     strict, vm.overcommit_memory=2). */
+ *     strict, vm.overcommit_memory=2).
+ *   test_registry no_map
+ *     re-runs itself under an RLIMIT_AS of 1 GiB, below the map's
+ *     reservation, so that it is not mapped: slab blocks freed then are
+ *     taken again (each free takes the registry's path), and a loop of a
+ *     million mallocs and frees keeps its memory. */
 #define _GNU_SOURCE
 #include "test_common.h"
+
+#include <errno.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "hakmem.h"
 #include "internal.h"
@@ -64,10 +73,51 @@ static void unit_map(void) {
     for (int i = 0; i < N; i++) free(p[k][i]);
 }
 
+/* The child of no_map, started under the limit. */
+static void no_map_child(void) {
+  CHECK(hm_unit_map_n == 0, "the unit map is mapped under an RLIMIT_AS of 1 GiB");
+  enum { N = 1000 };
+  static void *p[N];
+  for (int i = 0; i < N; i++) CHECK((p[i] = malloc(100)) != NULL, "malloc(100)");
+  for (int i = 0; i < N; i++) free(p[i]);
+  int again = 0;
+  for (int i = 0; i < N; i++) {
+    void *q = malloc(100);
+    CHECK(q != NULL, "malloc(100)");
+    for (int j = 0; j < N; j++)
+      if (q == p[j]) {
+        again++;
+        break;
+      }
+  }
+  CHECK(again >= N * 9 / 10, "without the unit map %d of %d freed blocks were taken again", again, N);
+  size_t rss0 = tc_status_bytes("VmRSS");
+  for (int i = 0; i < 1000000; i++) {
+    char *q = malloc(64 + (size_t)(i % 8) * 16);
+    CHECK(q != NULL, "malloc");
+    q[0] = 1;
+    free(q);
+  }
+  size_t rss1 = tc_status_bytes("VmRSS");
+  CHECK(rss1 < rss0 + 4 * 1024 * 1024, "a million mallocs and frees without the unit map: RSS %zu -> %zu KiB", rss0 >> 10,
+        rss1 >> 10);
+  printf("registry no_map: %d of %d blocks taken again, RSS %zu -> %zu KiB\n", again, N, rss0 >> 10, rss1 >> 10);
+}
+
 int main(int argc, char **argv) {
   tc_test_name = "registry";
+  if (argc > 1 && strcmp(argv[1], "no_map_child") == 0) {
+    no_map_child();
+    return 0;
+  }
+  if (argc > 1 && strcmp(argv[1], "no_map") == 0) {
+    struct rlimit rl = {(rlim_t)1 << 30, (rlim_t)1 << 30};
+    CHECK(setrlimit(RLIMIT_AS, &rl) == 0, "setrlimit: %s", strerror(errno));
+    execl("/proc/self/exe", argv[0], "no_map_child", (char *)NULL);
+    FAILF("exec: %s", strerror(errno));
+  }
   if (argc > 1 && strcmp(argv[1], "unit_map") != 0) {
-    fprintf(stderr, "usage: test_registry [unit_map]\n");
+    fprintf(stderr, "usage: test_registry [unit_map|no_map]\n");
     return 2;
   }
   unit_map();
