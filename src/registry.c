@@ -31,6 +31,12 @@ void hm_unit_map_init(void) {
   __atomic_store_n(&hm_unit_map_n, (uintptr_t)UNIT_MAP_ENTRIES, __ATOMIC_RELEASE);
 }
 
+/* The SuperSlab at ss's 32 entries (NULL: no map). */
+static unit_entry_t *unit_entries(uintptr_t ss) {
+  if (__atomic_load_n(&hm_unit_map_n, __ATOMIC_ACQUIRE) == 0) return NULL;
+  return hm_unit_map + (ss >> SS_UNIT_SHIFT);
+}
+
 /* A SuperSlab's 32 entries lie in one page (it is 2 MiB aligned). */
 static bool unit_map_writable(const unit_entry_t *m) {
   size_t pg = (size_t)((const char *)m - (const char *)hm_unit_map) / HM_PAGE_SIZE;
@@ -45,9 +51,8 @@ static bool unit_map_writable(const unit_entry_t *m) {
 /* ss, set up for its kind (slab_shift): each unit names its slab. (Its
  * tag is 0: set by hm_unit_map_tag once ss has an owner.) */
 void hm_unit_map_set(superslab_t *ss) {
-  if (__atomic_load_n(&hm_unit_map_n, __ATOMIC_ACQUIRE) == 0) return;
-  unit_entry_t *m = hm_unit_map + ((uintptr_t)ss >> SS_UNIT_SHIFT);
-  if (!unit_map_writable(m)) return; /* its frees take the registry's path */
+  unit_entry_t *m = unit_entries((uintptr_t)ss);
+  if (m == NULL || !unit_map_writable(m)) return; /* its frees take the registry's path */
   for (unsigned u = 0; u < SS_MAX_SLABS; u++)
     __atomic_store_n(&m[u].slab, &ss->slabs[u >> (ss->slab_shift - SS_UNIT_SHIFT)], __ATOMIC_RELAXED);
 }
@@ -56,17 +61,16 @@ void hm_unit_map_set(superslab_t *ss) {
  * child each store copies a page), and only if they are set: else their
  * page may be read-only, and free finds no slab there anyway. */
 void hm_unit_map_tag(superslab_t *ss, uintptr_t tag) {
-  if (__atomic_load_n(&hm_unit_map_n, __ATOMIC_ACQUIRE) == 0) return;
-  unit_entry_t *m = hm_unit_map + ((uintptr_t)ss >> SS_UNIT_SHIFT);
-  if (__atomic_load_n(&m[0].slab, __ATOMIC_RELAXED) != &ss->slabs[0]) return;
+  unit_entry_t *m = unit_entries((uintptr_t)ss);
+  if (m == NULL || __atomic_load_n(&m[0].slab, __ATOMIC_RELAXED) != &ss->slabs[0]) return;
   for (unsigned u = 0; u < SS_MAX_SLABS; u++)
     if (__atomic_load_n(&m[u].owner_tag, __ATOMIC_RELAXED) != tag) __atomic_store_n(&m[u].owner_tag, tag, __ATOMIC_RELAXED);
 }
 
 /* ss has no owner (its tag is 0 already). */
 void hm_unit_map_clear(uintptr_t ss) {
-  if (__atomic_load_n(&hm_unit_map_n, __ATOMIC_ACQUIRE) == 0) return;
-  unit_entry_t *m = hm_unit_map + (ss >> SS_UNIT_SHIFT);
+  unit_entry_t *m = unit_entries(ss);
+  if (m == NULL) return;
   /* entries never set read NULL and are left alone (their page may be read-only) */
   for (unsigned u = 0; u < SS_MAX_SLABS; u++)
     if (__atomic_load_n(&m[u].slab, __ATOMIC_RELAXED) != NULL) __atomic_store_n(&m[u].slab, (slab_t *)NULL, __ATOMIC_RELAXED);

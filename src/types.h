@@ -36,12 +36,13 @@
 #ifdef HAKMEM_NO_CHECKS
 #error "HAKMEM_SECURE needs the misuse checks (do not define HAKMEM_NO_CHECKS)"
 #endif
-#define SS_HEADER_SIZE 8192               /* secure: slab descriptors are 128 B */
 #define HM_GUARD_SIZE 4096                /* secure: PROT_NONE page at SuperSlab and span ends */
 #else
-#define SS_HEADER_SIZE 8192               /* slab 0's blocks start after it (descriptors and shapes: 2 KiB each) */
 #define HM_GUARD_SIZE 0
 #endif
+/* slab 0's blocks start after it: descriptors (2 KiB; secure, 128 B each:
+ * 4 KiB) and shapes (2 KiB) */
+#define SS_HEADER_SIZE 8192
 #define SS_MAX_SLABS 32
 #define HM_PAGE_SIZE 4096
 
@@ -302,8 +303,9 @@ HM_INLINE superslab_t *hm_ss_of(const void *p) {
   return (superslab_t *)((uintptr_t)p & ~SS_MASK);
 }
 HM_INLINE uint32_t hm_ss_offset(const void *p) { return (uint32_t)((uintptr_t)p & SS_MASK); }
-/* free's and malloc_usable_size's lookup: the descriptor of p's slab (NULL:
- * p lies in no set-up SuperSlab). */
+/* malloc_usable_size's lookup: the descriptor of p's slab (NULL: p lies in
+ * no set-up SuperSlab). hm_free writes the bound test out itself: through
+ * an entry pointer NULL-tested, gcc tests the pointer too. */
 HM_INLINE slab_t *hm_unit_slab(const void *p) {
   uintptr_t u = (uintptr_t)p >> SS_UNIT_SHIFT;
   return __builtin_expect(u < HM_PEEK(hm_unit_map_n), 1) ? HM_PEEK(HM_PEEK(hm_unit_map)[u].slab) : NULL;

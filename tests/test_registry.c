@@ -67,7 +67,7 @@ static void unit_map(void) {
   CHECK(hm_unit_map[(uintptr_t)&local >> SS_UNIT_SHIFT].owner_tag == 0, "the stack's unit has a tag");
   uintptr_t lo = (uintptr_t)hm_unit_map, hi = lo + UNIT_MAP_ENTRIES * sizeof(unit_entry_t);
   size_t w = writable_in(lo, hi);
-  printf("unit map: %zu MiB reserved, %zu KiB writable, %zu slab blocks\n", (size_t)(UNIT_MAP_ENTRIES * sizeof(unit_entry_t) >> 20), w >> 10, set);
+  printf("unit map: %zu MiB reserved, %zu KiB writable, %zu slab blocks\n", (size_t)((hi - lo) >> 20), w >> 10, set);
   CHECK(w <= 64 * 4096, "%zu KiB of the unit map are writable (in the commit charge)", w >> 10);
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
     for (int i = 0; i < N; i++) free(p[k][i]);
@@ -99,7 +99,7 @@ static void no_map_child(void) {
     free(q);
   }
   size_t rss1 = tc_status_bytes("VmRSS");
-  CHECK(rss1 < rss0 + 4 * 1024 * 1024, "a million mallocs and frees without the unit map: RSS %zu -> %zu KiB", rss0 >> 10,
+  CHECK(rss1 < rss0 + 4 * MiB, "a million mallocs and frees without the unit map: RSS %zu -> %zu KiB", rss0 >> 10,
         rss1 >> 10);
   printf("registry no_map: %d of %d blocks taken again, RSS %zu -> %zu KiB\n", again, N, rss0 >> 10, rss1 >> 10);
 }
