@@ -109,7 +109,7 @@ void hm_explain(struct hm_explain *e) {
   e->pagemap = w.fd >= 0;
   hm_backend_walk_ss(explain_ss, &w);
   /* foreign caches: their blocks count as handed out in their slabs */
-  e->foreign = hm_heap_foreign_bytes(&e->heaps);
+  e->foreign = hm_heap_foreign_bytes(&e->heaps, NULL);
   if (e->foreign > e->blocks_pool) e->foreign = e->blocks_pool;
   e->blocks_pool -= e->foreign;
   e->unused_superslabs = hm_backend_cached_resident_now();

@@ -57,6 +57,15 @@ static pthread_key_t heap_key;             /* its destructor runs at thread exit
 enum { HM_DIRECT_SPAN = 4 };
 _Static_assert(DIRECT_MAX <= 1024, "8 classes per power of two: at most 4 granules a class up to 1 KiB");
 static uint8_t direct_gran[NUM_CLASSES][HM_DIRECT_SPAN];
+/* Classes whose slabs, once not current, route the owner's frees to the
+ * foreign cache (heap_set_cur): not the big ones, and none with no cache. */
+static bool route_to_cache[NUM_CLASSES];
+
+/* Fewer than a quarter of its carved blocks out: not worth handing out
+ * from while another slab is. (A quarter: taken when its turn comes, a
+ * slab is filled; one that falls below it before its next turn holds
+ * blocks the class no longer needs.) */
+static bool slab_is_sparse(const slab_t *s) { return (uint32_t)s->used * 4u < s->carved; }
 
 /* The credit of s, the current slab of its class (hm_free_push_own), given
  * back to the class's countdown; s then holds `to` (0: none until its next
@@ -70,11 +79,23 @@ static void credit_drop(heap_t *h, slab_t *s, uint16_t to) {
   s->credit = to;
 }
 
+/* The owner's frees of s's blocks go to s (slab_t.route). */
+static void route_home(slab_t *s) {
+#ifdef HAKMEM_SECURE
+  (void)s;
+#else
+  s->route = s;
+#endif
+}
+
 /* ss's owner, and the tag free compares with the thread pointer (types.h):
  * the calling thread's while h is its heap and it does not trade, else 0,
  * so that the owner's test in free is this thread's and nothing else's
  * (docs/DESIGN.md, "Threads"). */
 static void ss_set_owner(superslab_t *ss, heap_t *h) {
+  /* (routes name the old owner's caches: each slab its own until it is
+   * current and then not) */
+  for (unsigned i = 0; i < ss->nslabs; i++) route_home(&ss->slabs[i]);
   uintptr_t tag = h == hm_tls_heap && hm_tls_free_id == (uintptr_t)h ? hm_thread_tag() : 0; /* (hm_tls_heap: never NULL) */
   hm_unit_map_tag(ss, tag);
   atomic_store(&ss->owner, h);
@@ -102,6 +123,16 @@ HM_INLINE void heap_set_cur(heap_t *h, unsigned c, slab_t *s) {
     if (old != &hm_empty_slab) old->credit = HM_CREDIT_OFF;
     s->credit = credit; /* (0: its first free takes one; s may be old) */
   }
+#ifndef HAKMEM_SECURE
+  /* The owner's frees follow the class's current slab (slab_t.route): a
+   * slab that stops serving sends them to the class's foreign cache, which
+   * heap_alloc hands out before any other slab's blocks. Big classes hand
+   * out their lowest block first (big.c): their frees stay. */
+  if (old != &hm_empty_slab && old->in_use != SLAB_FOREIGN && route_to_cache[c] &&
+      (old->in_use == SLAB_FULL || !slab_is_sparse(old)))
+    old->route = &h->foreign[c];
+  if (s != &hm_empty_slab && s->in_use != SLAB_FOREIGN) s->route = s;
+#endif
   h->cur[c] = s;
   const uint8_t *g = direct_gran[c];
   slab_t **d = hm_tls_direct;
@@ -115,11 +146,21 @@ HM_INLINE void heap_set_cur(heap_t *h, unsigned c, slab_t *s) {
  * free would hand out one block and be switched away from at once.) */
 static void avail_push(heap_t *h, slab_t *s) {
   s->in_use = SLAB_LISTED;
-  HM_QUEUE_PUSH_TAIL(h->avail[s->cls], h->avail_tail[s->cls], s, next, prev);
+  slab_t *tail = h->avail_tail[s->cls];
+  s->next = NULL;
+  *hm_slab_prev(s) = tail;
+  if (tail != NULL) tail->next = s;
+  else h->avail[s->cls] = s;
+  h->avail_tail[s->cls] = s;
 }
 
 static void avail_unlink(heap_t *h, slab_t *s) {
-  HM_QUEUE_UNLINK(h->avail[s->cls], h->avail_tail[s->cls], s, next, prev);
+  slab_t *prev = *hm_slab_prev(s);
+  if (prev != NULL) prev->next = s->next;
+  else h->avail[s->cls] = s->next;
+  if (s->next != NULL) *hm_slab_prev(s->next) = prev;
+  else h->avail_tail[s->cls] = prev;
+  s->next = *hm_slab_prev(s) = NULL;
   s->in_use = SLAB_ACTIVE;
 }
 
@@ -132,19 +173,20 @@ static void avail_unlink(heap_t *h, slab_t *s) {
  * handed out from, and the frees stayed spread over all of them. */
 static void sparse_push(heap_t *h, slab_t *s) {
   s->in_use = SLAB_SPARSE;
-  HM_LIST_PUSH(h->sparse[s->cls], s, next, prev);
+  *hm_slab_prev(s) = NULL;
+  s->next = h->sparse[s->cls];
+  if (s->next != NULL) *hm_slab_prev(s->next) = s;
+  h->sparse[s->cls] = s;
 }
 
 static void sparse_unlink(heap_t *h, slab_t *s) {
-  HM_LIST_UNLINK(h->sparse[s->cls], s, next, prev);
+  slab_t *prev = *hm_slab_prev(s);
+  if (prev != NULL) prev->next = s->next;
+  else h->sparse[s->cls] = s->next;
+  if (s->next != NULL) *hm_slab_prev(s->next) = prev;
+  s->next = *hm_slab_prev(s) = NULL;
   s->in_use = SLAB_ACTIVE;
 }
-
-/* Fewer than a quarter of its carved blocks out: not worth handing out
- * from while another slab is. (A quarter: taken when its turn comes, a
- * slab is filled; one that falls below it before its next turn holds
- * blocks the class no longer needs.) */
-static bool slab_is_sparse(const slab_t *s) { return (uint32_t)s->used * 4u < s->carved; }
 
 static void partial_push(heap_t *h, superslab_t *ss) {
   ss->on_partial = 1;
@@ -257,7 +299,8 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
     ss->shape[i].cls = (uint8_t)cls; /* clears SLAB_CLS_CACHED (all its blocks came back) */
     ss->shape[i].fc_off = FC_STAND_IN;
     s->in_use = SLAB_ACTIVE;
-    s->next = s->prev = NULL;
+    s->next = *hm_slab_prev(s) = NULL;
+    route_home(s);
     hm_slab_set_carved(s, ss->shape[i].carved_kept); /* frees into it are valid again */
     ss->shape[i].carved_kept = 0;
     hm_stats_carved(cls, s->carved);
@@ -280,7 +323,8 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
   hm_slab_set_carved(s, 0);
   s->in_use = SLAB_ACTIVE;
   s->start_lo = ss->shape[i].start_lo = (uint32_t)(uintptr_t)start;
-  s->next = s->prev = NULL;
+  s->next = *hm_slab_prev(s) = NULL;
+  route_home(s);
 #ifdef HAKMEM_SECURE
   s->key = (uintptr_t)hm_random_fast(); /* the slab's lists are empty: a new key is safe */
 #endif
@@ -514,7 +558,7 @@ static void ss_setup(heap_t *h, superslab_t *ss, unsigned kind) {
 static bool adopt_slab(heap_t *h, slab_t *s) {
   slab_unfull(s, 0);
   s->in_use = SLAB_ACTIVE;
-  s->next = s->prev = NULL;
+  s->next = *hm_slab_prev(s) = NULL;
   for (;;) {
     slab_collect_remote(s);
     hm_check_slab(s);
@@ -908,6 +952,7 @@ void hm_heap_process_init(void) {
         direct_gran[c][k++] = (uint8_t)g;
       }
     for (unsigned i = k; i < HM_DIRECT_SPAN; i++) direct_gran[c][i] = k ? direct_gran[c][k - 1] : HM_DIRECT_SINK;
+    route_to_cache[c] = hm_class_kind[c] != KIND_BIG && hm_opt[HM_OPT_FOREIGN_CACHE_KB] != 0;
   }
   pthread_key_create(&heap_key, heap_key_destructor);
 }
@@ -938,6 +983,9 @@ static void heap_reset(heap_t *h) {
 #endif
     f->capacity = (uint16_t)foreign_cap(c);
     f->used = (uint16_t)(f->capacity + 1);
+    /* (so that carved - used counts its blocks, as a slab's free ones: the
+     * fast path's swap of local_free charges that, hm_slab_pop) */
+    f->carved = f->used;
     if (hm_sample_active) h->fc_serve[c] = *f; /* (nothing cached) */
   }
   memset(&h->fc_stand_in, 0, sizeof h->fc_stand_in);
@@ -1125,6 +1173,8 @@ static void free_local_slow(heap_t *h, slab_t *s) {
   }
 }
 
+static void foreign_overflow(heap_t *h, slab_t *f);
+
 /* The free of b, a block of s, whose credit ran out (or that holds none)
  * or that emptied or was FULL (hm_free_push_own; used counted). The
  * current slab takes a new credit from the class's countdown: while none
@@ -1153,7 +1203,11 @@ void hm_free_own_slow(block_t *b, slab_t *s) {
     hm_next_set(s, b, s->local_free);
     s->local_free = b;
   }
-  if (s->used == 0) free_local_slow(h, s);
+  if (s->used != 0) return;
+  if (s->in_use == SLAB_FOREIGN) /* (routed here, slab_t.route: over its budget) */
+    foreign_overflow(h, s);
+  else
+    free_local_slow(h, s);
 }
 
 /* Push the chain head..tail of blocks of slab s on its remote list; wake
@@ -1172,13 +1226,42 @@ static void remote_push(superslab_t *ss, slab_t *s, block_t *head, block_t *tail
   }
 }
 
-/* Send a list of cached blocks back to their slabs: one atomic push per run
- * of blocks of the same slab. Returns the number of blocks. */
-static uint32_t foreign_send_back(block_t *b) {
+/* Block b of slab s, one of h's own, back from h's foreign cache (the
+ * owner's free while s was not current: slab_t.route), freed into s as
+ * the owner's free is, without a credit: on the current slab's local_free,
+ * which the fast path's swap charges to sampling. */
+static void free_home(heap_t *h, slab_t *s, block_t *b) {
+  if (h->cur[s->cls] == s) {
+    hm_next_set(s, b, s->local_free);
+    s->local_free = b;
+  } else {
+    hm_next_set(s, b, s->free);
+    s->free = b;
+  }
+  if (--s->used == 0) {
+    free_local_slow(h, s); /* (s may be gone with its SuperSlab) */
+    return;
+  }
+  /* (a slab mostly free again drains as a sparse one does: its blocks are
+   * not handed out again through the cache, DESIGN.md "Slabs") */
+  if (s->in_use != SLAB_FULL && slab_is_sparse(s)) route_home(s);
+}
+
+/* Send a list of cached blocks back to their slabs: h's own freed into
+ * them, others' one atomic push per run of blocks of the same slab.
+ * Returns the number of blocks. */
+static uint32_t foreign_send_back(heap_t *h, block_t *b) {
   uint32_t n = 0;
   while (b != NULL) {
     superslab_t *ss = hm_ss_of(b);
     slab_t *s = hm_slab_of(ss, b);
+    if (atomic_load_explicit(&ss->owner, memory_order_relaxed) == h) {
+      block_t *next = b->next;
+      free_home(h, s, b);
+      n++;
+      b = next;
+      continue;
+    }
     block_t *head = b, *tail = b;
     n++;
     for (b = b->next; b != NULL && hm_ss_of(b) == ss && hm_slab_of(ss, b) == s; b = b->next) {
@@ -1193,12 +1276,12 @@ static uint32_t foreign_send_back(block_t *b) {
 /* Foreign cache f went over its budget: the newest half of the budget
  * stays, for the next mallocs while it is in this core's cache; the older
  * blocks go back to their slabs. */
-static void foreign_overflow(slab_t *f) {
+static void foreign_overflow(heap_t *h, slab_t *f) {
   block_t **link = &f->free;
   for (uint32_t k = f->capacity / 2; k > 0 && *link != NULL; k--) link = &(*link)->next;
   block_t *old = *link;
   *link = NULL;
-  f->used = (uint16_t)(f->used + foreign_send_back(old));
+  f->used = (uint16_t)(f->used + foreign_send_back(h, old));
 }
 
 /* One block straight back to its slab's remote list, counted as a free by
@@ -1276,7 +1359,7 @@ void hm_free_foreign(heap_t *h, superslab_t *ss, block_t *b) {
   slab_t *f = &h->foreign[c];
   b->next = f->free;
   f->free = b;
-  if (unlikely(--f->used == 0)) foreign_overflow(f);
+  if (unlikely(--f->used == 0)) foreign_overflow(h, f);
 }
 
 /* hm_free_trading pushed block b on t and brought t's `used` to 0: this
@@ -1288,7 +1371,7 @@ void hm_free_push_slow(heap_t *h, superslab_t *ss, slab_t *t, block_t *b) {
     t->used = 1;
     hm_free_foreign(h, ss, b);
   } else {
-    foreign_overflow(t);
+    foreign_overflow(h, t);
   }
 }
 
@@ -1300,11 +1383,11 @@ void hm_heap_flush_foreign(heap_t *h) {
     slab_t *g = &h->fc_serve[c];
     if (h->cur[c] == f || h->cur[c] == g) heap_set_cur(h, c, &hm_empty_slab);
     if (hm_sample_active) {
-      foreign_send_back(g->free);
+      foreign_send_back(h, g->free);
       g->free = NULL;
       g->used = f->used = (uint16_t)(f->capacity + 1);
     }
-    foreign_send_back(f->free);
+    foreign_send_back(h, f->free);
     f->free = NULL;
     f->used = (uint16_t)(f->capacity + 1);
   }
@@ -1433,7 +1516,7 @@ void hm_heap_thread_exit(heap_t *h) {
       slab_t *s = &ss->slabs[i];
       if (s->in_use == SLAB_UNUSED || s->in_use == SLAB_FULL) continue;
       s->in_use = SLAB_ACTIVE;
-      s->next = s->prev = NULL;
+      s->next = *hm_slab_prev(s) = NULL;
     }
   superslab_t *next;
   for (superslab_t *ss = h->all; ss != NULL; ss = next) {
@@ -1636,19 +1719,24 @@ void hm_ss_resident(superslab_t *ss, size_t res[NUM_KINDS + 1]) {
   if (fd >= 0) close(fd);
 }
 
-/* Read while the owners run: relaxed loads, a snapshot good to a block. */
-size_t hm_heap_foreign_bytes(size_t *heaps) {
+/* Read while the owners run: relaxed loads, a snapshot good to a block.
+ * lanes (if not NULL): the bytes by lane, HM_LANE_DIRECT and HM_LANE_POOL
+ * (as hm_ss_in_use counts them). */
+size_t hm_heap_foreign_bytes(size_t *heaps, size_t lanes[2]) {
   size_t bytes = 0, n = 0;
   hm_mutex_lock(&heap_lock);
   for (heap_t *h = all_heaps; h != NULL; h = h->all_next, n++) {
     for (unsigned c = 0; c < NUM_CLASSES; c++) {
       const slab_t *f = &h->foreign[c];
       unsigned cap = __atomic_load_n(&f->capacity, __ATOMIC_RELAXED), used = __atomic_load_n(&f->used, __ATOMIC_RELAXED);
-      if (cap + 1 > used) bytes += (size_t)(cap + 1 - used) * hm_class_size[c]; /* used: room left + 1 */
+      size_t b = 0;
+      if (cap + 1 > used) b += (size_t)(cap + 1 - used) * hm_class_size[c]; /* used: room left + 1 */
       if (hm_sample_active) { /* (its blocks being served) */
         used = __atomic_load_n(&h->fc_serve[c].used, __ATOMIC_RELAXED);
-        if (cap + 1 > used) bytes += (size_t)(cap + 1 - used) * hm_class_size[c];
+        if (cap + 1 > used) b += (size_t)(cap + 1 - used) * hm_class_size[c];
       }
+      bytes += b;
+      if (lanes != NULL) lanes[hm_class_size[c] <= DIRECT_MAX ? HM_LANE_DIRECT : HM_LANE_POOL] += b;
     }
   }
   hm_mutex_unlock(&heap_lock);

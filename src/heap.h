@@ -74,6 +74,7 @@ slow:
 HM_INLINE void hm_free_push_own(slab_t *s, block_t *b) {
   hm_check_block(s, b);
   HM_STAT_ADD(hm_tls_heap, free_local[s->cls], 1);
+  s = hm_slab_route(s); /* s, or the class's foreign cache while s is not current */
   if (unlikely(hm_free_count_own(s))) {
     hm_free_own_slow(b, s);
     return;

@@ -300,7 +300,7 @@ HM_HIDDEN void hm_ss_in_use(superslab_t *ss, size_t in_use[2]);
 HM_HIDDEN void hm_ss_resident(superslab_t *ss, size_t res[NUM_KINDS + 1]);
 /* The resident breakdown: bytes of the blocks in every thread's foreign
  * caches (counted as used in their slabs); *heaps: thread heaps made. */
-HM_HIDDEN size_t hm_heap_foreign_bytes(size_t *heaps);
+HM_HIDDEN size_t hm_heap_foreign_bytes(size_t *heaps, size_t lanes[2]);
 HM_HIDDEN size_t hm_slab_remote_count(const slab_t *s); /* blocks on s's remote list */
 
 /* big.c: malloc of the classes of big slabs (above MEDIUM_MAX): the lowest

@@ -42,6 +42,19 @@ static bool on_list(const slab_t *s, const block_t *b, const void *p) {
   return false;
 }
 
+/* Is p in the calling thread's foreign cache of its class, where the
+ * owner's frees of a slab not current go (slab_t.route)? */
+static bool in_own_cache(const slab_t *s, const void *p) {
+#ifdef HAKMEM_SECURE
+  (void)s, (void)p;
+  return false;
+#else
+  heap_t *h = hm_tls_heap;
+  if (h == &hm_empty_heap) return false;
+  return on_list(&h->foreign[s->cls], h->foreign[s->cls].free, p) || on_list(&h->fc_serve[s->cls], h->fc_serve[s->cls].free, p);
+#endif
+}
+
 /* p holds the free tag: is it really on a free list of s? */
 static bool tagged_block_is_free(superslab_t *ss, slab_t *s, const void *p) {
   if (atomic_load_explicit(&ss->owner, memory_order_relaxed) != hm_tls_heap) return true;
@@ -51,7 +64,7 @@ static bool tagged_block_is_free(superslab_t *ss, slab_t *s, const void *p) {
   /* The remote list only grows at its head while we (the only thread that
    * takes from it) hold a snapshot, so walking the snapshot is safe. */
   const block_t *r = (const block_t *)(atomic_load_explicit(hm_slab_remote(s), memory_order_acquire) & ~REMOTE_NOTIFY);
-  return on_list(s, s->free, p) || on_list(s, s->local_free, p) || on_list(s, r, p);
+  return on_list(s, s->free, p) || on_list(s, s->local_free, p) || on_list(s, r, p) || in_own_cache(s, p);
 }
 
 /* The bytes blocks of slab s may occupy, whatever its class: [*start, *end)

@@ -30,6 +30,10 @@ void hak_stats_get(struct hak_stats *out) {
   hm_counters_get(out);
   size_t in_use[2] = {0, 0};
   hm_backend_walk_ss(add_in_use, in_use);
+  /* the foreign caches' blocks count as used in their slabs, but are free */
+  size_t cached[2] = {0, 0}, heaps;
+  hm_heap_foreign_bytes(&heaps, cached);
+  for (unsigned l = 0; l < 2; l++) in_use[l] = in_use[l] > cached[l] ? in_use[l] - cached[l] : 0;
   out->lane[HM_LANE_DIRECT].in_use = in_use[HM_LANE_DIRECT];
   out->lane[HM_LANE_POOL].in_use = in_use[HM_LANE_POOL];
   hak_os_stats_get(&out->os);

@@ -159,7 +159,12 @@ typedef struct slab {
   uint8_t cls;
   uint8_t in_use;              /* state, SLAB_FULL included */
   uint64_t limit;              /* checks: the owner's block check's limit, carved << k (64 bits: the compare takes it from memory) */
-  struct slab *next, *prev;    /* heap's list of slabs with free blocks */
+  struct slab *next;           /* heap's list of slabs with free blocks (the back link: hm_slab_prev) */
+  /* Where the owner's frees of the slab's blocks go (hm_free_push_own): the
+   * slab itself while it is its class's current slab, else the heap's
+   * foreign cache of the class, so that the next malloc takes them while in
+   * cache (docs/DESIGN.md, "Fast paths"). Owner only. */
+  struct slab *route;
 } slab_t;
 _Static_assert(sizeof(slab_t) == 64, "slab descriptor is one cache line");
 #else
@@ -184,8 +189,8 @@ typedef struct slab {
   uint64_t div_mul;            /* checks: the block check's multiplier (= the shape's) */
   uint64_t limit;              /* checks: the owner's block check's limit, carved << k */
   _Atomic uintptr_t remote __attribute__((aligned(64))); /* other threads' frees (LIFO); bit 0: notify owner */
-  struct slab *next, *prev;    /* heap's list of slabs with free blocks */
-  uint8_t secure_pad_[40];
+  struct slab *next;           /* heap's list of slabs with free blocks (the back link: hm_slab_prev) */
+  uint8_t secure_pad_[48];
 } slab_t;
 _Static_assert(sizeof(slab_t) == 128, "secure slab descriptor: two cache lines");
 _Static_assert(offsetof(slab_t, remote) == 64, "secure: malloc and free read the first line only");
@@ -272,6 +277,10 @@ typedef struct superslab {
    * read by the owner's slow paths only (hm_slab_remote). */
   _Atomic uintptr_t remote[SS_MAX_SLABS] __attribute__((aligned(64)));
 #endif
+  /* Each slab's back link on its heap's avail or sparse list (owner
+   * only; hm_slab_prev): out of the descriptor, whose line malloc and free
+   * use. */
+  struct slab *slab_prev[SS_MAX_SLABS];
   /* Giving unused slabs back (purge.c); one bit per slab. Only the owner
    * sets `dirty`; a purger claims bits by setting `purging` and clearing
    * `dirty`, so the owner taking a slab back waits for a purge under way. */
@@ -337,6 +346,19 @@ HM_INLINE uint32_t hm_slab_bs(const slab_t *s) {
   return s->block_size;
 #else
   return hm_shape_of(s)->block_size;
+#endif
+}
+/* Slab s's back link on its heap's avail or sparse list (slab_prev). */
+HM_INLINE slab_t **hm_slab_prev(const slab_t *s) {
+  return &hm_ss_of(s)->slab_prev[hm_slab_idx(s)];
+}
+/* Where the owner's free of a block of s pushes it (slab_t.route; secure
+ * mode keeps no foreign cache: the slab). */
+HM_INLINE slab_t *hm_slab_route(slab_t *s) {
+#ifdef HAKMEM_SECURE
+  return s;
+#else
+  return s->route;
 #endif
 }
 /* The same, read while the owner may change it (relaxed). */

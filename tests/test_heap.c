@@ -14,7 +14,14 @@
  *           this core's cache), not one of the slab's older free blocks
  *   notify  a slab taken out of FULL by its owner's free keeps its notify
  *           bit; marked FULL again without setting it, it still hears of
- *           another thread's free: the block comes back to the owner */
+ *           another thread's free: the block comes back to the owner
+ *           (spare and notify run with no foreign cache: every owner's
+ *           free reaches its slab)
+ *   route   the owner's frees of a slab not current go to the class's
+ *           foreign cache, still counted used in the slab; the current
+ *           slab's stay on it; when the current slab runs dry the cache
+ *           serves, newest first; over its budget its oldest blocks go
+ *           home, and a slab they empty is released */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,6 +208,41 @@ static void t_newest(void) {
   }
 }
 
+static void t_route(void) {
+  enum { N = 256 }; /* four 64 KiB slabs of 1 KiB blocks (the first holds 56) */
+  static void *v[N], *kept[400];
+  int n_kept = 0;
+  for (int i = 0; i < N; i++) CHECK((v[i] = malloc(1024)) != NULL, "malloc");
+  heap_t *h = hm_tls_heap;
+  slab_t *s = slab_of(v[0]), *cur = slab_of(v[N - 1]);
+  unsigned c = s->cls;
+  slab_t *f = &h->foreign[c];
+  CHECK(h->cur[c] == cur && cur != s && s->in_use == SLAB_FULL, "the first slab is not FULL, or current");
+  CHECK(f->free == NULL, "the cache holds blocks before any free");
+  unsigned used = s->used;
+  free(v[0]);
+  free(v[1]);
+  CHECK(f->free == v[1] && f->free->next == v[0], "the owner's frees of a slab not current are not on the cache");
+  CHECK(s->used == used && s->in_use == SLAB_FULL, "the slab let its cached blocks go: used %u -> %u, state %u",
+        used, s->used, s->in_use);
+  free(v[N - 1]);
+  CHECK(cur->free == v[N - 1] && f->free == v[1], "the current slab's free did not stay on it");
+  CHECK(malloc(1024) == v[N - 1], "the current slab's freed block not handed out first");
+  CHECK(malloc_until(1024, v[1], 64, kept, &n_kept), "the cache did not serve once the current slab ran dry");
+  CHECK(malloc(1024) == v[0], "the cache's blocks not handed out newest first");
+  /* (the slab's blocks are all out again; kept are the current slab's) */
+  for (int i = 0; i < n_kept; i++) free(kept[i]);
+  /* Every block of the slabs not current, the first slab's first: past
+   * the budget (128 blocks of 1 KiB) the oldest go home and empty it. */
+  for (int i = 0; i < N - 1; i++)
+    if (slab_of(v[i]) != cur) free(v[i]);
+  unsigned cached = (unsigned)f->capacity + 1u - f->used;
+  CHECK(cached <= f->capacity, "the cache holds %u blocks, over its %u", cached, (unsigned)f->capacity);
+  CHECK(released(s) || h->spare[c] == s, "the first slab, every block freed, is not empty: used %u, state %u",
+        s->used, s->in_use);
+  printf("route: 1 KiB blocks, cache budget %u, %u cached at the end\n", (unsigned)f->capacity, cached);
+}
+
 int main(int argc, char **argv) {
   tc_test_name = "heap";
   if (!HAKMEM_SPECIFIC) return 77;
@@ -210,6 +252,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(argv[1], "notify")) t_notify();
   else if (!strcmp(argv[1], "recurring")) t_recurring();
   else if (!strcmp(argv[1], "newest")) t_newest();
+  else if (!strcmp(argv[1], "route")) t_route();
   else FAILF("unknown mode %s", argv[1]);
   printf("heap %s: ok\n", argv[1]);
   return 0;
