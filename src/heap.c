@@ -999,6 +999,7 @@ static void heap_reset(heap_t *h) {
   for (unsigned k = 0; k < NUM_KINDS; k++) h->partial[k] = NULL;
   h->all = NULL;
   memset(h->idle_seen, 0, sizeof h->idle_seen);
+  memset(h->fc_seen, 0, sizeof h->fc_seen);
   hm_big_reset(h);
   memset(h->emptied_cur, 0, sizeof h->emptied_cur);
   memset(h->looked_out, 0, sizeof h->looked_out);
@@ -1158,8 +1159,10 @@ static void slab_emptied(heap_t *h, slab_t *s) {
   h->emptied_cur[c / 64] |= (uint64_t)1 << (c % 64);
 }
 
-/* The owner's free emptied s or found it FULL. */
-static void free_local_slow(heap_t *h, slab_t *s) {
+/* The owner's free emptied s or found it FULL. tick: a purge tick when s
+ * emptied (not for blocks going home from the foreign cache, whose walk
+ * a look could otherwise enter: free_home). */
+static void free_local_slow(heap_t *h, slab_t *s, bool tick) {
   if (s->in_use == SLAB_FULL) {
     slab_unfull(s, 1); /* (the notify bit stays: slab_try_mark_full) */
     avail_push(h, s);
@@ -1169,7 +1172,7 @@ static void free_local_slow(heap_t *h, slab_t *s) {
       slab_emptied(h, s);
     else /* kept for the next malloc; released if it stays idle (heap_new_slab) */
       h->emptied_cur[s->cls / 64] |= (uint64_t)1 << (s->cls % 64);
-    hm_purge_tick(); /* a slab emptied: also what a program freeing at a low rate does */
+    if (tick) hm_purge_tick(); /* a slab emptied: also what a program freeing at a low rate does */
   }
 }
 
@@ -1207,7 +1210,7 @@ void hm_free_own_slow(block_t *b, slab_t *s) {
   if (s->in_use == SLAB_FOREIGN) /* (routed here, slab_t.route: over its budget) */
     foreign_overflow(h, s);
   else
-    free_local_slow(h, s);
+    free_local_slow(h, s, true);
 }
 
 /* Push the chain head..tail of blocks of slab s on its remote list; wake
@@ -1239,7 +1242,7 @@ static void free_home(heap_t *h, slab_t *s, block_t *b) {
     s->free = b;
   }
   if (--s->used == 0) {
-    free_local_slow(h, s); /* (s may be gone with its SuperSlab) */
+    free_local_slow(h, s, false); /* (s may be gone with its SuperSlab) */
     return;
   }
   /* (a slab mostly free again drains as a sparse one does: its blocks are
@@ -1281,7 +1284,8 @@ static void foreign_overflow(heap_t *h, slab_t *f) {
   for (uint32_t k = f->capacity / 2; k > 0 && *link != NULL; k--) link = &(*link)->next;
   block_t *old = *link;
   *link = NULL;
-  f->used = (uint16_t)(f->used + foreign_send_back(h, old));
+  uint32_t n = foreign_send_back(h, old);
+  f->used = (uint16_t)(f->used + n);
 }
 
 /* One block straight back to its slab's remote list, counted as a free by
@@ -1382,14 +1386,17 @@ void hm_heap_flush_foreign(heap_t *h) {
     slab_t *f = &h->foreign[c];
     slab_t *g = &h->fc_serve[c];
     if (h->cur[c] == f || h->cur[c] == g) heap_set_cur(h, c, &hm_empty_slab);
+    /* (each list off its cache before it goes: its walk may free) */
     if (hm_sample_active) {
-      foreign_send_back(h, g->free);
+      block_t *l = g->free;
       g->free = NULL;
       g->used = f->used = (uint16_t)(f->capacity + 1);
+      foreign_send_back(h, l);
     }
-    foreign_send_back(h, f->free);
+    block_t *l = f->free;
     f->free = NULL;
     f->used = (uint16_t)(f->capacity + 1);
+    foreign_send_back(h, l);
   }
 }
 
@@ -1591,6 +1598,22 @@ void hm_heap_reclaim_abandoned(void) {
   hm_mutex_unlock(&heap_lock);
 }
 
+/* Class c's foreign cache, not serving and untouched since the previous
+ * look: its blocks go home (foreign_send_back), so that a class no longer
+ * used does not keep its slabs, nor another thread's, from emptying. */
+static void flush_if_idle(heap_t *h, unsigned c) {
+  slab_t *f = &h->foreign[c];
+  uintptr_t head = (uintptr_t)f->free;
+  if (head == 0 || h->cur[c] == f || hm_sample_active || h->fc_seen[c] != head) {
+    h->fc_seen[c] = head;
+    return;
+  }
+  h->fc_seen[c] = 0;
+  f->free = NULL;
+  uint32_t n = foreign_send_back(h, (block_t *)head);
+  f->used = (uint16_t)(f->used + n);
+}
+
 /* Release class c's spare (untouched since it emptied), and its current
  * slab if it is empty. With all (hak_collect), remote frees are collected
  * first; otherwise (a purge step, a new slab taken) only a current slab
@@ -1598,6 +1621,7 @@ void hm_heap_reclaim_abandoned(void) {
  * SuperSlab (which would go to the backend). Returns whether another look
  * is worth it: empty and current, but not yet idle. */
 static bool release_if_idle(heap_t *h, unsigned c, bool all) {
+  if (!all) flush_if_idle(h, c);
   slab_t *s = h->spare[c];
   if (s != NULL) { /* untouched since it emptied */
     h->spare[c] = NULL;

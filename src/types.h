@@ -458,6 +458,9 @@ typedef struct heap {
    * list heads then (hm_heap_release_empty_cur) */
   slab_t *idle_seen[NUM_CLASSES];
   uintptr_t idle_heads[NUM_CLASSES];
+  /* each foreign cache's newest block as last seen by a look while not
+   * serving (release_if_idle): the same at the next look, it goes home */
+  uintptr_t fc_seen[NUM_CLASSES];
   /* classes whose current slab emptied by this thread's frees since a new
    * slab was last taken: the ones that look needs to visit then */
   uint64_t emptied_cur[(NUM_CLASSES + 63) / 64];

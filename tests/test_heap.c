@@ -21,7 +21,9 @@
  *           foreign cache, still counted used in the slab; the current
  *           slab's stay on it; when the current slab runs dry the cache
  *           serves, newest first; over its budget its oldest blocks go
- *           home, and a slab they empty is released */
+ *           home, and a slab they empty is released
+ *   route_look  a foreign cache that does not serve, untouched between two
+ *           looks, sends its blocks home */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,6 +249,32 @@ static void t_route(void) {
   printf("route: 1 KiB blocks, cache budget %u, %u cached at the end\n", (unsigned)f->capacity, cached);
 }
 
+static void t_route_look(void) {
+#ifdef HAKMEM_SECURE
+  printf("route_look: secure builds keep no foreign caches: skipped\n");
+  exit(77);
+#endif
+  enum { N = 200 };
+  static void *v[N];
+  for (int i = 0; i < N; i++) CHECK((v[i] = malloc(1024)) != NULL, "malloc");
+  heap_t *h = hm_tls_heap;
+  slab_t *s = slab_of(v[0]);
+  unsigned c = s->cls;
+  slab_t *f = &h->foreign[c];
+  CHECK(h->cur[c] != s && h->cur[c] != f, "the first slab (or the cache) is current");
+  int n = 0;
+  for (int i = 0; i < N; i++)
+    if (slab_of(v[i]) == s) free(v[i]), n++;
+  CHECK(f->free != NULL && s->used != 0, "the first slab's %d blocks are not in the cache", n);
+  hm_heap_release_empty_cur(); /* (a look: the cache seen) */
+  CHECK(f->free != NULL, "one look sent the cache home");
+  hm_heap_release_empty_cur(); /* (untouched since) */
+  CHECK(f->free == NULL && f->used == f->capacity + 1u, "two looks left %u blocks in the cache",
+        (unsigned)f->capacity + 1u - f->used);
+  CHECK(released(s) || h->spare[c] == s, "the first slab did not empty: used %u, state %u", s->used, s->in_use);
+  printf("route_look: %d blocks home after two looks\n", n);
+}
+
 int main(int argc, char **argv) {
   tc_test_name = "heap";
   if (!HAKMEM_SPECIFIC) return 77;
@@ -257,6 +285,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(argv[1], "recurring")) t_recurring();
   else if (!strcmp(argv[1], "newest")) t_newest();
   else if (!strcmp(argv[1], "route")) t_route();
+  else if (!strcmp(argv[1], "route_look")) t_route_look();
   else FAILF("unknown mode %s", argv[1]);
   printf("heap %s: ok\n", argv[1]);
   return 0;
