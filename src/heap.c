@@ -1162,7 +1162,7 @@ static void slab_emptied(heap_t *h, slab_t *s) {
 /* The owner's free emptied s or found it FULL. tick: a purge tick when s
  * emptied (not for blocks going home from the foreign cache, whose walk
  * a look could otherwise enter: free_home). */
-static void free_local_slow(heap_t *h, slab_t *s, bool tick) {
+HM_INLINE void free_local_slow(heap_t *h, slab_t *s, bool tick) {
   if (s->in_use == SLAB_FULL) {
     slab_unfull(s, 1); /* (the notify bit stays: slab_try_mark_full) */
     avail_push(h, s);
@@ -1602,9 +1602,14 @@ void hm_heap_reclaim_abandoned(void) {
  * look: its blocks go home (foreign_send_back), so that a class no longer
  * used does not keep its slabs, nor another thread's, from emptying. */
 static void flush_if_idle(heap_t *h, unsigned c) {
+#ifdef HAKMEM_SECURE
+  (void)h, (void)c; /* (no cache) */
+  return;
+#endif
   slab_t *f = &h->foreign[c];
   uintptr_t head = (uintptr_t)f->free;
-  if (head == 0 || h->cur[c] == f || hm_sample_active || h->fc_seen[c] != head) {
+  if (head == 0) return; /* (a stale fc_seen at worst sends a list home one look early) */
+  if (h->cur[c] == f || hm_sample_active || h->fc_seen[c] != head) {
     h->fc_seen[c] = head;
     return;
   }

@@ -189,8 +189,8 @@ typedef struct slab {
   uint64_t div_mul;            /* checks: the block check's multiplier (= the shape's) */
   uint64_t limit;              /* checks: the owner's block check's limit, carved << k */
   _Atomic uintptr_t remote __attribute__((aligned(64))); /* other threads' frees (LIFO); bit 0: notify owner */
-  struct slab *next;           /* heap's list of slabs with free blocks (the back link: hm_slab_prev) */
-  uint8_t secure_pad_[48];
+  struct slab *next, *prev;    /* heap's list of slabs with free blocks (hm_slab_prev) */
+  uint8_t secure_pad_[40];
 } slab_t;
 _Static_assert(sizeof(slab_t) == 128, "secure slab descriptor: two cache lines");
 _Static_assert(offsetof(slab_t, remote) == 64, "secure: malloc and free read the first line only");
@@ -277,10 +277,12 @@ typedef struct superslab {
    * read by the owner's slow paths only (hm_slab_remote). */
   _Atomic uintptr_t remote[SS_MAX_SLABS] __attribute__((aligned(64)));
 #endif
+#ifndef HAKMEM_SECURE
   /* Each slab's back link on its heap's avail or sparse list (owner
    * only; hm_slab_prev): out of the descriptor, whose line malloc and free
    * use. */
   struct slab *slab_prev[SS_MAX_SLABS];
+#endif
   /* Giving unused slabs back (purge.c); one bit per slab. Only the owner
    * sets `dirty`; a purger claims bits by setting `purging` and clearing
    * `dirty`, so the owner taking a slab back waits for a purge under way. */
@@ -348,9 +350,14 @@ HM_INLINE uint32_t hm_slab_bs(const slab_t *s) {
   return hm_shape_of(s)->block_size;
 #endif
 }
-/* Slab s's back link on its heap's avail or sparse list (slab_prev). */
-HM_INLINE slab_t **hm_slab_prev(const slab_t *s) {
+/* Slab s's back link on its heap's avail or sparse list (slab_prev;
+ * secure mode's descriptor has room for it). */
+HM_INLINE slab_t **hm_slab_prev(slab_t *s) {
+#ifdef HAKMEM_SECURE
+  return &s->prev;
+#else
   return &hm_ss_of(s)->slab_prev[hm_slab_idx(s)];
+#endif
 }
 /* Where the owner's free of a block of s pushes it (slab_t.route; secure
  * mode keeps no foreign cache: the slab). */
