@@ -1285,6 +1285,12 @@ static void foreign_overflow(heap_t *h, slab_t *f) {
   block_t *old = *link;
   *link = NULL;
   uint32_t n = foreign_send_back(h, old);
+  /* The owner's frees while a sample is due (the cache current: slab_t.route)
+   * wait on local_free: they go too, or a short free list would leave
+   * the cache over its budget and `used` wrap. */
+  block_t *l = f->local_free;
+  f->local_free = NULL;
+  n += foreign_send_back(h, l);
   f->used = (uint16_t)(f->used + n);
 }
 

@@ -23,7 +23,10 @@
  *           serves, newest first; over its budget its oldest blocks go
  *           home, and a slab they empty is released
  *   route_look  a foreign cache that does not serve, untouched between two
- *           looks, sends its blocks home */
+ *           looks, sends its blocks home
+ *   route_due  the cache serving while a sample is due (the owner's frees
+ *           on its local_free): over its budget, it still sends blocks
+ *           home and stays within it */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -275,6 +278,37 @@ static void t_route_look(void) {
   printf("route_look: %d blocks home after two looks\n", n);
 }
 
+static void t_route_due(void) {
+#ifdef HAKMEM_SECURE
+  printf("route_due: secure builds keep no foreign caches: skipped\n");
+  exit(77);
+#endif
+  enum { N = 512 }; /* eight slabs of 1 KiB blocks */
+  static void *v[N], *kept[400];
+  int n_kept = 0;
+  for (int i = 0; i < N; i++) CHECK((v[i] = malloc(1024)) != NULL, "malloc");
+  heap_t *h = hm_tls_heap;
+  slab_t *cur = slab_of(v[N - 1]);
+  unsigned c = cur->cls;
+  slab_t *f = &h->foreign[c];
+  free(v[0]);
+  CHECK(malloc_until(1024, v[0], 64, kept, &n_kept) && h->cur[c] == f, "the cache did not serve");
+  /* a sample due: the cache's next frees take no credit */
+  h->sample_left[c] = 1;
+  f->credit = 0;
+  int freed = 0;
+  for (int i = 0; i < N; i++)
+    if (slab_of(v[i]) != slab_of(v[0]) || i == 0) free(v[i]), freed++;
+  unsigned listed = 0;
+  for (block_t *b = f->free; b != NULL; b = b->next) listed++;
+  for (block_t *b = f->local_free; b != NULL; b = b->next) listed++;
+  unsigned cached = (unsigned)f->capacity + 1u - f->used;
+  CHECK(listed == cached && cached <= f->capacity, "%d frees: the cache lists %u blocks, counts %u, budget %u", freed,
+        listed, cached, (unsigned)f->capacity);
+  printf("route_due: %d frees, %u blocks cached (budget %u)\n", freed, cached, (unsigned)f->capacity);
+  _exit(0); /* (the countdown was forced: no more mallocs of the class) */
+}
+
 int main(int argc, char **argv) {
   tc_test_name = "heap";
   if (!HAKMEM_SPECIFIC) return 77;
@@ -286,6 +320,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(argv[1], "newest")) t_newest();
   else if (!strcmp(argv[1], "route")) t_route();
   else if (!strcmp(argv[1], "route_look")) t_route_look();
+  else if (!strcmp(argv[1], "route_due")) t_route_due();
   else FAILF("unknown mode %s", argv[1]);
   printf("heap %s: ok\n", argv[1]);
   return 0;
