@@ -57,10 +57,6 @@ static pthread_key_t heap_key;             /* its destructor runs at thread exit
 enum { HM_DIRECT_SPAN = 4 };
 _Static_assert(DIRECT_MAX <= 1024, "8 classes per power of two: at most 4 granules a class up to 1 KiB");
 static uint8_t direct_gran[NUM_CLASSES][HM_DIRECT_SPAN];
-/* Classes whose slabs, once not current, route the owner's frees to the
- * foreign cache (heap_set_cur): not the big ones, and none with no cache. */
-static bool route_to_cache[NUM_CLASSES];
-
 /* Fewer than a quarter of its carved blocks out: not worth handing out
  * from while another slab is. (A quarter: taken when its turn comes, a
  * slab is filled; one that falls below it before its next turn holds
@@ -128,8 +124,8 @@ HM_INLINE void heap_set_cur(heap_t *h, unsigned c, slab_t *s) {
    * slab that stops serving sends them to the class's foreign cache, which
    * heap_alloc hands out before any other slab's blocks. Big classes hand
    * out their lowest block first (big.c): their frees stay. */
-  if (old != &hm_empty_slab && old->in_use != SLAB_FOREIGN && route_to_cache[c] &&
-      (old->in_use == SLAB_FULL || !slab_is_sparse(old)))
+  if (old != &hm_empty_slab && old->in_use != SLAB_FOREIGN && hm_class_kind[c] != KIND_BIG &&
+      hm_opt[HM_OPT_FOREIGN_CACHE_KB] != 0 && (old->in_use == SLAB_FULL || !slab_is_sparse(old)))
     old->route = &h->foreign[c];
   if (s != &hm_empty_slab && s->in_use != SLAB_FOREIGN) s->route = s;
 #endif
@@ -141,26 +137,21 @@ HM_INLINE void heap_set_cur(heap_t *h, unsigned c, slab_t *s) {
 
 /* ---- lists ------------------------------------------------------------- */
 
+/* The back links (list.h): a slab's lives out of its descriptor
+ * (hm_slab_prev). */
+#define SLAB_PREV(s) (*hm_slab_prev(s))
+#define SS_ALL_PREV(ss) ((ss)->all_prev)
+
 /* avail is FIFO: a slab goes to the back, so by the time it is taken again
  * it has gathered frees. (A slab put back at the front after its first
  * free would hand out one block and be switched away from at once.) */
 static void avail_push(heap_t *h, slab_t *s) {
   s->in_use = SLAB_LISTED;
-  slab_t *tail = h->avail_tail[s->cls];
-  s->next = NULL;
-  *hm_slab_prev(s) = tail;
-  if (tail != NULL) tail->next = s;
-  else h->avail[s->cls] = s;
-  h->avail_tail[s->cls] = s;
+  HM_QUEUE_PUSH_TAIL(h->avail[s->cls], h->avail_tail[s->cls], s, next, SLAB_PREV);
 }
 
 static void avail_unlink(heap_t *h, slab_t *s) {
-  slab_t *prev = *hm_slab_prev(s);
-  if (prev != NULL) prev->next = s->next;
-  else h->avail[s->cls] = s->next;
-  if (s->next != NULL) *hm_slab_prev(s->next) = prev;
-  else h->avail_tail[s->cls] = prev;
-  s->next = *hm_slab_prev(s) = NULL;
+  HM_QUEUE_UNLINK(h->avail[s->cls], h->avail_tail[s->cls], s, next, SLAB_PREV);
   s->in_use = SLAB_ACTIVE;
 }
 
@@ -173,37 +164,30 @@ static void avail_unlink(heap_t *h, slab_t *s) {
  * handed out from, and the frees stayed spread over all of them. */
 static void sparse_push(heap_t *h, slab_t *s) {
   s->in_use = SLAB_SPARSE;
-  *hm_slab_prev(s) = NULL;
-  s->next = h->sparse[s->cls];
-  if (s->next != NULL) *hm_slab_prev(s->next) = s;
-  h->sparse[s->cls] = s;
+  HM_LIST_PUSH(h->sparse[s->cls], s, next, SLAB_PREV);
 }
 
 static void sparse_unlink(heap_t *h, slab_t *s) {
-  slab_t *prev = *hm_slab_prev(s);
-  if (prev != NULL) prev->next = s->next;
-  else h->sparse[s->cls] = s->next;
-  if (s->next != NULL) *hm_slab_prev(s->next) = prev;
-  s->next = *hm_slab_prev(s) = NULL;
+  HM_LIST_UNLINK(h->sparse[s->cls], s, next, SLAB_PREV);
   s->in_use = SLAB_ACTIVE;
 }
 
 static void partial_push(heap_t *h, superslab_t *ss) {
   ss->on_partial = 1;
-  HM_LIST_PUSH(h->partial[ss->kind], ss, next, prev);
+  HM_LIST_PUSH(h->partial[ss->kind], ss, next, HM_PREV);
 }
 
 static void partial_unlink(heap_t *h, superslab_t *ss) {
-  HM_LIST_UNLINK(h->partial[ss->kind], ss, next, prev);
+  HM_LIST_UNLINK(h->partial[ss->kind], ss, next, HM_PREV);
   ss->on_partial = 0;
 }
 
 static void all_push(heap_t *h, superslab_t *ss) {
-  HM_LIST_PUSH(h->all, ss, all_next, all_prev);
+  HM_LIST_PUSH(h->all, ss, all_next, SS_ALL_PREV);
 }
 
 static void all_unlink(heap_t *h, superslab_t *ss) {
-  HM_LIST_UNLINK(h->all, ss, all_next, all_prev);
+  HM_LIST_UNLINK(h->all, ss, all_next, SS_ALL_PREV);
 }
 
 static uint32_t ss_all_mask(const superslab_t *ss) {
@@ -299,7 +283,7 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
     ss->shape[i].cls = (uint8_t)cls; /* clears SLAB_CLS_CACHED (all its blocks came back) */
     ss->shape[i].fc_off = FC_STAND_IN;
     s->in_use = SLAB_ACTIVE;
-    s->next = *hm_slab_prev(s) = NULL;
+    s->next = SLAB_PREV(s) = NULL;
     route_home(s);
     hm_slab_set_carved(s, ss->shape[i].carved_kept); /* frees into it are valid again */
     ss->shape[i].carved_kept = 0;
@@ -323,7 +307,7 @@ static slab_t *ss_take_slab(heap_t *h, superslab_t *ss, unsigned cls) {
   hm_slab_set_carved(s, 0);
   s->in_use = SLAB_ACTIVE;
   s->start_lo = ss->shape[i].start_lo = (uint32_t)(uintptr_t)start;
-  s->next = *hm_slab_prev(s) = NULL;
+  s->next = SLAB_PREV(s) = NULL;
   route_home(s);
 #ifdef HAKMEM_SECURE
   s->key = (uintptr_t)hm_random_fast(); /* the slab's lists are empty: a new key is safe */
@@ -558,7 +542,7 @@ static void ss_setup(heap_t *h, superslab_t *ss, unsigned kind) {
 static bool adopt_slab(heap_t *h, slab_t *s) {
   slab_unfull(s, 0);
   s->in_use = SLAB_ACTIVE;
-  s->next = *hm_slab_prev(s) = NULL;
+  s->next = SLAB_PREV(s) = NULL;
   for (;;) {
     slab_collect_remote(s);
     hm_check_slab(s);
@@ -952,7 +936,6 @@ void hm_heap_process_init(void) {
         direct_gran[c][k++] = (uint8_t)g;
       }
     for (unsigned i = k; i < HM_DIRECT_SPAN; i++) direct_gran[c][i] = k ? direct_gran[c][k - 1] : HM_DIRECT_SINK;
-    route_to_cache[c] = hm_class_kind[c] != KIND_BIG && hm_opt[HM_OPT_FOREIGN_CACHE_KB] != 0;
   }
   pthread_key_create(&heap_key, heap_key_destructor);
 }
@@ -1276,6 +1259,13 @@ static uint32_t foreign_send_back(heap_t *h, block_t *b) {
   return n;
 }
 
+/* Blocks of list l, taken off cache f, go home (foreign_send_back); f
+ * counts the room. */
+static void foreign_drop(heap_t *h, slab_t *f, block_t *l) {
+  uint32_t n = foreign_send_back(h, l); /* (before the count: the walk may free, and a look flush f) */
+  f->used = (uint16_t)(f->used + n);
+}
+
 /* Foreign cache f went over its budget: the newest half of the budget
  * stays, for the next mallocs while it is in this core's cache; the older
  * blocks go back to their slabs. */
@@ -1284,14 +1274,13 @@ static void foreign_overflow(heap_t *h, slab_t *f) {
   for (uint32_t k = f->capacity / 2; k > 0 && *link != NULL; k--) link = &(*link)->next;
   block_t *old = *link;
   *link = NULL;
-  uint32_t n = foreign_send_back(h, old);
   /* The owner's frees while a sample is due (the cache current: slab_t.route)
    * wait on local_free: they go too, or a short free list would leave
    * the cache over its budget and `used` wrap. */
   block_t *l = f->local_free;
   f->local_free = NULL;
-  n += foreign_send_back(h, l);
-  f->used = (uint16_t)(f->used + n);
+  foreign_drop(h, f, old);
+  foreign_drop(h, f, l);
 }
 
 /* One block straight back to its slab's remote list, counted as a free by
@@ -1529,7 +1518,7 @@ void hm_heap_thread_exit(heap_t *h) {
       slab_t *s = &ss->slabs[i];
       if (s->in_use == SLAB_UNUSED || s->in_use == SLAB_FULL) continue;
       s->in_use = SLAB_ACTIVE;
-      s->next = *hm_slab_prev(s) = NULL;
+      s->next = SLAB_PREV(s) = NULL;
     }
   superslab_t *next;
   for (superslab_t *ss = h->all; ss != NULL; ss = next) {
@@ -1621,8 +1610,7 @@ static void flush_if_idle(heap_t *h, unsigned c) {
   }
   h->fc_seen[c] = 0;
   f->free = NULL;
-  uint32_t n = foreign_send_back(h, (block_t *)head);
-  f->used = (uint16_t)(f->used + n);
+  foreign_drop(h, f, (block_t *)head);
 }
 
 /* Release class c's spare (untouched since it emptied), and its current

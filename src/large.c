@@ -350,18 +350,18 @@ static bucket_t *cache_enter(span_t *s) {
 static void cache_push(span_t *s, uint64_t freed_ns) {
   bucket_t *b = cache_enter(s);
   s->freed_ns = freed_ns;
-  HM_QUEUE_PUSH_HEAD(b->head, b->tail, s, next, prev);
+  HM_QUEUE_PUSH_HEAD(b->head, b->tail, s, next, HM_PREV);
 }
 
 /* A span just purged goes last: it is the oldest, and the least wanted. */
 static void cache_push_oldest(span_t *s) {
   bucket_t *b = cache_enter(s);
-  HM_QUEUE_PUSH_TAIL(b->head, b->tail, s, next, prev);
+  HM_QUEUE_PUSH_TAIL(b->head, b->tail, s, next, HM_PREV);
 }
 
 static void cache_unlink(span_t *s) {
   bucket_t *b = &buckets[s->len >> SS_SHIFT];
-  HM_QUEUE_UNLINK(b->head, b->tail, s, next, prev);
+  HM_QUEUE_UNLINK(b->head, b->tail, s, next, HM_PREV);
   b->count--;
   cache_bytes -= s->len;
   atomic_store_explicit(&cache_bytes_pub, cache_bytes, memory_order_relaxed);
