@@ -23,6 +23,7 @@
 #include <sys/mman.h>
 
 #include "block.h"
+#include "heap.h"
 #if defined(__has_include)
 #if __has_include(<sys/single_threaded.h>)
 #include <sys/single_threaded.h>
@@ -298,6 +299,35 @@ out:
   return p;
 }
 
+/* The process's budget (HAKMEM_GUARD_PER_S; docs/DESIGN.md, "Guarded
+ * pool"), while the guard samples alone: a bucket of BUDGET_BURST blocks
+ * refilled at the option's rate. A sample that finds it empty is served
+ * as an ordinary block: the countdowns stay as drawn, so the rate is the
+ * option's mean again as soon as the program slows down. */
+#define BUDGET_BURST 16.0
+static double budget_left = BUDGET_BURST;
+static uint64_t budget_at_ns;
+
+static bool budget_take(void) {
+  long per_s = hm_opt[HM_OPT_GUARD_PER_S];
+  if (!hm_sample_light || per_s == 0) return true;
+  uint64_t now = hm_now_ns();
+  guard_lock();
+  double t = budget_left + (double)(now - budget_at_ns) * 1e-9 * (double)per_s;
+  if (t > BUDGET_BURST) t = BUDGET_BURST;
+  if (now > budget_at_ns) budget_at_ns = now; /* (another thread's clock read may be later) */
+  bool ok = t >= 1;
+  budget_left = ok ? t - 1 : t;
+  guard_unlock();
+  return ok;
+}
+
+/* The block malloc (n, align 0) or memalign would have given unsampled. */
+static void *ordinary(size_t n, size_t align) {
+  if (align > 16) return hm_large_alloc_unsampled(n, align);
+  return n <= HM_PACK_MIN ? hm_malloc_small(n) : hm_alloc_above(n, false);
+}
+
 /* The sampler's serve hook: a guarded block, or (the pool full, the block
  * too big or too aligned, the multi-page budget spent) an ordinary large one. */
 static void *guard_serve(unsigned fired, size_t n, size_t align, size_t charged) {
@@ -305,6 +335,7 @@ static void *guard_serve(unsigned fired, size_t n, size_t align, size_t charged)
   (void)charged;
   size_t m = n == 0 ? 1 : n; /* (usable size 0 means a misuse to realloc) */
   if (m <= GUARD_MAX && align <= HM_PAGE_SIZE) {
+    if (!budget_take()) return ordinary(m, align);
     uintptr_t pcs[HM_STACK_MAX];
     int depth = hm_stack_capture_at(hm_sample_tls.caller_ra, hm_sample_tls.caller_cfa, pcs, HM_STACK_MAX);
     void *p = pool_alloc(m, align, pcs, depth);

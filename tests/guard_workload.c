@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static volatile char sink;
@@ -60,26 +61,28 @@ static uintptr_t pool_base(void) {
  * pointers recorded; how many landed in the pool. Producer/consumer: one
  * thread mallocs, another frees (the producer never reuses its own frees). */
 #define RATE_ITERS 1000000
+static long rate_iters = RATE_ITERS;
 static uintptr_t *rate_rec;
 static void *rate_pc_queue[64];
 static volatile unsigned rate_head, rate_tail;
 static void *consumer(void *arg) {
   (void)arg;
-  for (long i = 0; i < RATE_ITERS; i++) {
+  for (long i = 0; i < rate_iters; i++) {
     while (rate_tail == rate_head) sched_yield();
     free(rate_pc_queue[rate_tail % 64]);
     __atomic_store_n(&rate_tail, rate_tail + 1, __ATOMIC_RELEASE);
   }
   return NULL;
 }
-static long rate(size_t n, int pc) {
-  rate_rec = calloc(RATE_ITERS, sizeof *rate_rec);
+static long rate(size_t n, int pc, long iters) {
+  rate_iters = iters;
+  rate_rec = calloc(iters, sizeof *rate_rec);
   enum { WS = 1000 };
   static void *slots[WS];
   unsigned x = 1;
   pthread_t t;
   if (pc) pthread_create(&t, NULL, consumer, NULL);
-  for (long i = 0; i < RATE_ITERS; i++) {
+  for (long i = 0; i < iters; i++) {
     x = x * 1103515245 + 12345;
     size_t m = n + (x >> 20) % 64;
     void *p = malloc(m);
@@ -97,7 +100,7 @@ static long rate(size_t n, int pc) {
   if (pc) pthread_join(t, NULL);
   uintptr_t base = pool_base();
   long hits = 0;
-  for (long i = 0; i < RATE_ITERS; i++) hits += base != 0 && rate_rec[i] >= base && rate_rec[i] < base + (8 << 20);
+  for (long i = 0; i < iters; i++) hits += base != 0 && rate_rec[i] >= base && rate_rec[i] < base + (8 << 20);
   return hits;
 }
 
@@ -192,7 +195,16 @@ int main(int argc, char **argv) {
     p[-1] = 1;
     free(p);
   } else if (strcmp(c, "rate") == 0 || strcmp(c, "rate_pc") == 0) {
-    printf("%ld\n", rate(n, c[4] == '_'));
+    printf("%ld\n", rate(n, c[4] == '_', RATE_ITERS));
+    return 0;
+  } else if (strcmp(c, "budget") == 0) { /* a hot loop (its samples, seconds), a pause, a few mallocs */
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    long hot = rate(n, 0, RATE_ITERS);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    usleep(700000);
+    printf("%ld %.3f %ld\n", hot, (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9,
+           rate(n, 0, 12000));
     return 0;
   } else if (strcmp(c, "rate_site") == 0) {
     rate_site(n);
