@@ -304,7 +304,7 @@ out:
  * refilled at the option's rate. A sample that finds it empty is served
  * as an ordinary block: the countdowns stay as drawn, so the rate is the
  * option's mean again as soon as the program slows down. */
-#define BUDGET_BURST 16.0
+#define BUDGET_BURST 8.0
 static double budget_left = BUDGET_BURST;
 static uint64_t budget_at_ns;
 

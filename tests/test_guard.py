@@ -78,7 +78,7 @@ elif GROUP == "misc":
     # list it allocates from are not charged: fewer for tiny blocks handed
     # from thread to thread), within 30% of the 1000 expected (a standard
     # deviation is 32)
-    # (HAKMEM_GUARD_PER_S=0: the budget would stop these at 16 samples)
+    # (HAKMEM_GUARD_PER_S=0: the budget would stop these at 8 samples)
     unbounded = {"HAKMEM_GUARD_PER_S": "0"}
     for case in ("rate", "rate_pc"):
         for n in (24, 2000):
@@ -93,16 +93,16 @@ elif GROUP == "misc":
     a, total = (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
     check(f"rate_site: {a} of {total} samples at the list's first malloc", 0 <= a <= 40 and 700 <= total <= 1300,
           rc, out, err)
-    # the budget (HAKMEM_GUARD_PER_S, 32 a second after a burst of 16): the
+    # the budget (HAKMEM_GUARD_PER_S, 32 a second after a burst of 8): the
     # hot loop's 10^6 mallocs, about 1000 samples unbounded, take at most
     # what it allows for the loop's time; after a pause that refilled it,
-    # 12,000 mallocs are sampled at the mean again (12 expected; fewer than
-    # 3 has a chance of 5 in 10,000)
+    # 12,000 mallocs are sampled at the mean again (12 expected, the burst
+    # taking 8; fewer than 3 has a chance of 5 in 10,000)
     rc, out, err = run(["budget", "24"], sample="1000")
     m = re.fullmatch(r"(\d+) ([\d.]+) (\d+)\n", out) if rc == 0 else None
     hot, secs, after = (int(m.group(1)), float(m.group(2)), int(m.group(3))) if m else (-1, 0.0, -1)
-    check(f"budget: {hot} samples in a hot loop of {secs:.3f} s (at most {16 + 32 * (secs + 0.01):.0f}), "
-          f"then {after} in 12,000 mallocs", 0 <= hot <= 16 + 32 * (secs + 0.01) and after >= 3, rc, out, err)
+    check(f"budget: {hot} samples in a hot loop of {secs:.3f} s (at most {8 + 32 * (secs + 0.01):.0f}), "
+          f"then {after} in 12,000 mallocs", 0 <= hot <= 8 + 32 * (secs + 0.01) and after >= 3, rc, out, err)
     rc, out, err = run(["fork", "100"])
     check("fork child", rc == 0 and re.search(r"use-after-free of 0x[0-9a-f]+ \(block of 100 bytes", err), rc, out, err)
     # off: nothing is caught (the case above is what makes it fail): no
