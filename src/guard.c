@@ -311,11 +311,11 @@ static uint64_t budget_at_ns;
 static bool budget_take(void) {
   long per_s = hm_opt[HM_OPT_GUARD_PER_S];
   if (!hm_sample_light || per_s == 0) return true;
-  uint64_t now = hm_now_ns();
   guard_lock();
+  uint64_t now = hm_now_ns(); /* (under the lock: never before the last one read) */
   double t = budget_left + (double)(now - budget_at_ns) * 1e-9 * (double)per_s;
   if (t > BUDGET_BURST) t = BUDGET_BURST;
-  if (now > budget_at_ns) budget_at_ns = now; /* (another thread's clock read may be later) */
+  budget_at_ns = now;
   bool ok = t >= 1;
   budget_left = ok ? t - 1 : t;
   guard_unlock();
