@@ -54,6 +54,22 @@ typedef struct {
   uintptr_t alloc_pcs[DEPTH], free_pcs[DEPTH];
 } grec_t;
 
+/* A token bucket (guard lock held): `burst` takes, refilled at `per_s` a
+ * second; all zero, it is full at its first take. */
+typedef struct {
+  uint64_t credit_ns, at_ns;
+} bucket_t;
+
+static bool bucket_take(bucket_t *b, uint64_t per_s, uint64_t burst) {
+  uint64_t now = hm_now_ns(), cost = 1000000000u / per_s, cap = burst * cost;
+  uint64_t c = b->credit_ns + (now - b->at_ns); /* (read under the lock: never before the last) */
+  b->at_ns = now;
+  b->credit_ns = c > cap ? cap : c;
+  if (b->credit_ns < cost) return false;
+  b->credit_ns -= cost;
+  return true;
+}
+
 #define AREA_PAGES_MAX (POOL_BYTES / HM_PAGE_SIZE)
 typedef struct {
   grec_t rec[RECS];
@@ -61,7 +77,7 @@ typedef struct {
   uint16_t qring[RECS], free_recs[RECS];
   uint8_t resident[AREA_PAGES_MAX];  /* the page was written and not given back since */
   unsigned q_head, q_count, q_pages, nfree, n_resident, flip;
-  uint64_t multi_credit_ns, multi_at_ns; /* the multi-page blocks' bucket */
+  bucket_t multi; /* the multi-page blocks' bucket */
 } meta_t;
 
 #define META_BYTES ((sizeof(meta_t) + HM_PAGE_SIZE - 1) & ~(size_t)(HM_PAGE_SIZE - 1))
@@ -259,14 +275,7 @@ static void *pool_alloc(size_t n, size_t align, const uintptr_t *pcs, int depth)
   void *p = NULL;
   guard_lock();
   if (meta == NULL && !pool_create()) goto out;
-  if (need > 1) {
-    uint64_t now = hm_now_ns(), cap = (uint64_t)MULTI_BURST * (1000000000u / MULTI_PER_S);
-    uint64_t c = meta->multi_credit_ns + (now - meta->multi_at_ns);
-    meta->multi_at_ns = now;
-    meta->multi_credit_ns = c > cap ? cap : c;
-    if (meta->multi_credit_ns < 1000000000u / MULTI_PER_S) goto out;
-    meta->multi_credit_ns -= 1000000000u / MULTI_PER_S;
-  }
+  if (need > 1 && !bucket_take(&meta->multi, MULTI_PER_S, MULTI_BURST)) goto out;
   if (meta->nfree == 0 && meta->q_count > 0) evict_oldest();
   if (meta->nfree == 0) goto out;
   long run;
@@ -304,20 +313,14 @@ out:
  * refilled at the option's rate. A sample that finds it empty is served
  * as an ordinary block: the countdowns stay as drawn, so the rate is the
  * option's mean again as soon as the program slows down. */
-#define BUDGET_BURST 8.0
-static double budget_left = BUDGET_BURST;
-static uint64_t budget_at_ns;
+#define BUDGET_BURST 8u
+static bucket_t budget;
 
 static bool budget_take(void) {
   long per_s = hm_opt[HM_OPT_GUARD_PER_S];
   if (!hm_sample_light || per_s == 0) return true;
   guard_lock();
-  uint64_t now = hm_now_ns(); /* (under the lock: never before the last one read) */
-  double t = budget_left + (double)(now - budget_at_ns) * 1e-9 * (double)per_s;
-  if (t > BUDGET_BURST) t = BUDGET_BURST;
-  budget_at_ns = now;
-  bool ok = t >= 1;
-  budget_left = ok ? t - 1 : t;
+  bool ok = bucket_take(&budget, (uint64_t)per_s, BUDGET_BURST);
   guard_unlock();
   return ok;
 }
