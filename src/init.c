@@ -2,7 +2,10 @@
  *
  * Runs on the first allocation (which under LD_PRELOAD may come from the
  * loader or libc before main), so it must not allocate before it marks the
- * process ready; pthread_atfork, which may allocate, comes after. */
+ * process ready; pthread_atfork, which may allocate, comes after. And at
+ * load time, so that a program calling hak_* beside another malloc does not
+ * start hakmem later in a thread holding a FILE's lock (docs/DESIGN.md,
+ * "Start-up, fork, options and statistics"). */
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -36,6 +39,8 @@ void hm_init_slow(void) {
   }
   while (atomic_load_explicit(&hm_init_state, memory_order_acquire) != 2) sched_yield();
 }
+
+__attribute__((constructor)) static void init_at_load(void) { hm_ensure_init(); }
 
 int hak_debug_build(void) {
 #ifdef HAKMEM_DEBUG

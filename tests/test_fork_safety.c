@@ -10,6 +10,10 @@
  *   threads  several threads fork while others allocate and free across
  *            threads; each child checks and frees blocks from before the
  *            fork, allocates in every lane and starts threads of its own
+ *   first    hakmem's first call in the process comes from a thread that
+ *            holds stdout's lock, while a second waits for stdout in
+ *            fflush(NULL) and a third forks (meaningful where hak_* run
+ *            beside another malloc: the ThreadSanitizer build)
  *
  * test_fork_safety MODE [SECONDS] */
 #define _GNU_SOURCE
@@ -179,6 +183,48 @@ static void scenario_stdio(void *unused) {
   printf("stdio: %ld forks, %ld fflush(NULL), %ld lines read, %ld files opened in %.1f s\n", forks, flushes, lines,
          opens, run_seconds);
   if (forks == 0 || flushes == 0 || lines == 0 || opens == 0) FAILF("no progress");
+}
+
+/* ---- first ------------------------------------------------------------------ */
+
+/* The cycle start-up must not close (docs/DESIGN.md, "Start-up, fork,
+ * options and statistics"): main holds stdout's lock; the flusher holds
+ * libc's list lock, waiting for stdout; the forker holds libc's atfork
+ * lock, waiting for the list lock; main's first hakmem call registering
+ * fork handlers would wait for the atfork lock. */
+static void *first_flusher(void *arg) {
+  fflush(NULL);
+  return arg;
+}
+static void *first_forker(void *arg) {
+  pid_t p = fork();
+  if (p < 0) FAILF("fork: %s", strerror(errno));
+  if (p == 0) _exit(0);
+  reap(p, "first: fork");
+  return arg;
+}
+static void pause_ms(long ms) {
+  struct timespec d = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&d, &d) != 0 && errno == EINTR) {
+  }
+}
+
+static void scenario_first(void *unused) {
+  (void)unused;
+  pthread_t fl, fk;
+  flockfile(stdout);
+  if (pthread_create(&fl, NULL, first_flusher, NULL)) FAILF("pthread_create");
+  pause_ms(200); /* (the flusher is waiting for stdout) */
+  if (pthread_create(&fk, NULL, first_forker, NULL)) FAILF("pthread_create");
+  pause_ms(200); /* (the forker is waiting for the list lock) */
+  char *p = malloc(100);
+  if (p == NULL) FAILF("malloc(100)");
+  memset(p, 1, 100);
+  funlockfile(stdout);
+  pthread_join(fl, NULL);
+  pthread_join(fk, NULL);
+  free(p);
+  printf("first: hakmem started beside a waiting fork\n");
 }
 
 /* ---- signal ----------------------------------------------------------------- */
@@ -408,10 +454,12 @@ int main(int argc, char **argv) {
     tc_bounded("stdio", scenario_stdio, NULL, run_seconds + 30);
   } else if (strcmp(mode, "signal") == 0) {
     tc_bounded("signal", scenario_signal, NULL, run_seconds + 30);
+  } else if (strcmp(mode, "first") == 0) {
+    tc_bounded("first", scenario_first, NULL, run_seconds + 30);
   } else if (strcmp(mode, "threads") == 0) {
     tc_bounded("threads", scenario_threads, NULL, run_seconds + 30);
   } else {
-    fprintf(stderr, "usage: test_fork_safety stdio|signal|threads [seconds]\n");
+    fprintf(stderr, "usage: test_fork_safety stdio|signal|threads|first [seconds]\n");
     return 2;
   }
   return 0;
