@@ -49,6 +49,7 @@ static heap_t *all_heaps; /* every heap made (heap_lock; heaps are recycled, nev
 static heap_t *heap_pool;                  /* heaps of exited threads, for reuse */
 static superslab_t *abandoned[NUM_KINDS];  /* SuperSlabs of exited threads */
 static pthread_key_t heap_key;             /* its destructor runs at thread exit */
+static pthread_once_t heap_key_once = PTHREAD_ONCE_INIT;
 
 /* The hm_tls_direct[] granules of each class, four slots (a class of direct
  * sizes has 1, 2 or 4 granules: its last repeats; any other class: the
@@ -937,8 +938,14 @@ void hm_heap_process_init(void) {
       }
     for (unsigned i = k; i < HM_DIRECT_SPAN; i++) direct_gran[c][i] = k ? direct_gran[c][k - 1] : HM_DIRECT_SINK;
   }
-  pthread_key_create(&heap_key, heap_key_destructor);
 }
+
+/* Made with the first heap, not at start-up (which may come at load time):
+ * after the keys a program makes before its first allocation, so that in
+ * each round of thread-exit destructors those, if they allocate, run
+ * before this one (ThreadSanitizer ends its own thread state in the last
+ * round: test tsan_threads_tsd; docs/DESIGN.md, "Threads"). */
+static void heap_key_create(void) { pthread_key_create(&heap_key, heap_key_destructor); }
 
 /* Blocks a heap caches per class from other threads' slabs: a byte budget
  * (HAKMEM_FOREIGN_CACHE_KB), but at least FC_MIN_BLOCKS where that takes
@@ -1017,6 +1024,7 @@ static heap_t *heap_for_thread(void) {
   /* Installed before pthread_setspecific, which may itself allocate. */
   hm_tls_heap = h;
   hm_tls_free_id = (uintptr_t)h | tls_exited; /* (after its exit: trading, so untagged) */
+  pthread_once(&heap_key_once, heap_key_create);
   pthread_setspecific(heap_key, h);
   return h;
 }
