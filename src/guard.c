@@ -331,8 +331,9 @@ static void *ordinary(size_t n, size_t align) {
   return n <= HM_PACK_MIN ? hm_malloc_small(n) : hm_alloc_above(n, false);
 }
 
-/* The sampler's serve hook: a guarded block, or (the pool full, the block
- * too big or too aligned, the multi-page budget spent) an ordinary large one. */
+/* The sampler's serve hook: a guarded block; past the process's budget,
+ * the block malloc would have given; or (the pool full, the block too big
+ * or too aligned, the multi-page budget spent) an ordinary large one. */
 static void *guard_serve(unsigned fired, size_t n, size_t align, size_t charged) {
   (void)fired;
   (void)charged;

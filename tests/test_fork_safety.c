@@ -45,6 +45,12 @@ static void reap(pid_t pid, const char *what) {
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) FAILF("%s: child failed (status %#x)", what, st);
 }
 
+static void pause_s(double secs) {
+  struct timespec d = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+  while (nanosleep(&d, &d) != 0 && errno == EINTR) {
+  }
+}
+
 /* ---- stdio ------------------------------------------------------------------ */
 
 enum { NLINES = 48 };
@@ -176,8 +182,7 @@ static void scenario_stdio(void *unused) {
   if (pthread_create(&t[0], NULL, stdio_reader, &lines) || pthread_create(&t[1], NULL, stdio_flusher, &flushes) ||
       pthread_create(&t[2], NULL, stdio_forker, &forks) || pthread_create(&t[3], NULL, stdio_opener, &opens))
     FAILF("pthread_create");
-  struct timespec d = {(time_t)run_seconds, (long)((run_seconds - (double)(time_t)run_seconds) * 1e9)};
-  nanosleep(&d, NULL);
+  pause_s(run_seconds);
   atomic_store(&stop, 1);
   for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
   printf("stdio: %ld forks, %ld fflush(NULL), %ld lines read, %ld files opened in %.1f s\n", forks, flushes, lines,
@@ -203,20 +208,15 @@ static void *first_forker(void *arg) {
   reap(p, "first: fork");
   return arg;
 }
-static void pause_ms(long ms) {
-  struct timespec d = {ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&d, &d) != 0 && errno == EINTR) {
-  }
-}
 
 static void scenario_first(void *unused) {
   (void)unused;
   pthread_t fl, fk;
   flockfile(stdout);
   if (pthread_create(&fl, NULL, first_flusher, NULL)) FAILF("pthread_create");
-  pause_ms(200); /* (the flusher is waiting for stdout) */
+  pause_s(0.2); /* (the flusher is waiting for stdout) */
   if (pthread_create(&fk, NULL, first_forker, NULL)) FAILF("pthread_create");
-  pause_ms(200); /* (the forker is waiting for the list lock) */
+  pause_s(0.2); /* (the forker is waiting for the list lock) */
   char *p = malloc(100);
   if (p == NULL) FAILF("malloc(100)");
   memset(p, 1, 100);
@@ -422,8 +422,7 @@ static void scenario_threads(void *unused) {
   while (atomic_load(&ready) < WORKERS) sched_yield();
   for (uintptr_t i = 0; i < FORKERS; i++)
     if (pthread_create(&f[i], NULL, forker, (void *)i)) FAILF("pthread_create");
-  struct timespec d = {(time_t)run_seconds, (long)((run_seconds - (double)(time_t)run_seconds) * 1e9)};
-  nanosleep(&d, NULL);
+  pause_s(run_seconds);
   atomic_store(&stop, 1);
   for (int i = 0; i < FORKERS; i++) pthread_join(f[i], NULL);
   for (int i = 0; i < WORKERS; i++) pthread_join(w[i], NULL);
