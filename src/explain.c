@@ -44,7 +44,7 @@ static void explain_ss(superslab_t *ss, void *arg) {
       continue;
     }
     size_t carved = __atomic_load_n(&s->carved, __ATOMIC_RELAXED);
-    size_t used = __atomic_load_n(&s->used, __ATOMIC_RELAXED);
+    size_t used = hm_slab_used(s);
     size_t bs = hm_slab_bs_relaxed(s);
     uintptr_t start = base + hm_start_off(__atomic_load_n(&s->start_lo, __ATOMIC_RELAXED));
     if (state == SLAB_FULL) used = carved; /* (biased while FULL) */

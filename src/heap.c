@@ -62,7 +62,14 @@ static uint8_t direct_gran[NUM_CLASSES][HM_DIRECT_SPAN];
  * from while another slab is. (A quarter: taken when its turn comes, a
  * slab is filled; one that falls below it before its next turn holds
  * blocks the class no longer needs.) */
-static bool slab_is_sparse(const slab_t *s) { return (uint32_t)s->used * 4u < s->carved; }
+static bool slab_is_sparse(const slab_t *s) { return hm_slab_used(s) * 4u < s->carved; }
+
+/* s stops being current, or is listed or marked FULL while still named
+ * current: its bias comes off used (slab_t.bias). */
+static void slab_unbias(slab_t *s) {
+  s->used = (uint16_t)(s->used - s->bias);
+  s->bias = 0;
+}
 
 /* The credit of s, the current slab of its class (hm_free_push_own), given
  * back to the class's countdown; s then holds `to` (0: none until its next
@@ -113,6 +120,7 @@ HM_INLINE void heap_set_cur(heap_t *h, unsigned c, slab_t *s) {
    * foreign cache holds it too: no owner's free reaches it), given back
    * to the countdown only while the class has none. */
   slab_t *old = h->cur[c];
+  if (old->bias != 0) slab_unbias(old); /* (first: the sparse test below counts its blocks) */
   if (s == &hm_empty_slab) {
     credit_drop(h, old, HM_CREDIT_OFF);
   } else {
@@ -231,7 +239,7 @@ void hm_check_slab(const slab_t *s) {
     HM_ASSERT(s->used == 1 && s->carved == s->capacity && s->free == NULL && s->local_free == NULL);
     return;
   }
-  HM_ASSERT(s->carved == s->used + check_list(s, s->free) + check_list(s, s->local_free));
+  HM_ASSERT(s->carved == hm_slab_used(s) + check_list(s, s->free) + check_list(s, s->local_free));
 }
 #endif
 
@@ -329,7 +337,7 @@ static void slab_unlist(heap_t *h, slab_t *s) {
  * the backend. Returns true when the SuperSlab itself went. */
 static bool slab_release(heap_t *h, slab_t *s) {
   superslab_t *ss = hm_ss_of(s);
-  HM_ASSERT(s->used == 0 && h->cur[s->cls] != s);
+  HM_ASSERT(s->used == 0 && s->bias == 0 && h->cur[s->cls] != s);
   hm_check_slab(s);
   hm_stats_released(s->cls, s->carved);
   HM_ASSERT(s->in_use != SLAB_FULL);
@@ -438,7 +446,7 @@ static bool slab_refill(slab_t *s) {
     return true;
   }
   if (s->local_free != NULL) {
-    HM_STAT_REFILL(hm_tls_heap, HM_REFILL_LOCAL, s->carved - s->used); /* free is empty */
+    HM_STAT_REFILL(hm_tls_heap, HM_REFILL_LOCAL, s->carved - hm_slab_used(s)); /* free is empty */
     s->free = s->local_free;
     s->local_free = NULL;
     return true;
@@ -644,7 +652,8 @@ static void heap_release_emptied_cur(heap_t *h, unsigned kind) {
       unsigned c = w * 64 + (unsigned)__builtin_ctzll(bits);
       if (hm_class_kind[c] != kind) continue;
       bool had = h->cur[c] != &hm_empty_slab;
-      if (!release_if_idle(h, c, false)) h->emptied_cur[w] &= ~((uint64_t)1 << (c % 64));
+      /* (a biased current slab may empty again unseen: its bit stays) */
+      if (!release_if_idle(h, c, false) && h->cur[c]->bias == 0) h->emptied_cur[w] &= ~((uint64_t)1 << (c % 64));
       if (had && h->cur[c] == &hm_empty_slab) h->looked_out[w] |= (uint64_t)1 << (c % 64);
     }
 }
@@ -734,8 +743,9 @@ static HM_NOINLINE void *heap_sample_install(heap_t *h, slab_t *s) {
   if (hm_slab_bs(s) > MEDIUM_MAX) { /* (big classes: charged per call) */
     h->sample_left[c] = INT64_MAX;
   } else {
-    int64_t k = h->sample_left[c] + (int64_t)(s->carved - s->used);
-    if (k > (int64_t)(s->carved - s->used)) return slab_take(h, s, c); /* (the credit given back) */
+    int64_t free_blocks = (int64_t)s->carved - (int64_t)hm_slab_used(s);
+    int64_t k = h->sample_left[c] + free_blocks;
+    if (k > free_blocks) return slab_take(h, s, c); /* (the credit given back) */
     if (k <= 1) {
       h->sample_left[c] = k;
       s->local_free = s->free; /* (charged at its swap) */
@@ -866,10 +876,11 @@ static void *heap_alloc(heap_t *h, unsigned c) {
        * purge_sparse_first). */
       if (slab_refill(s) || (!freed_elsewhere(h, c) && slab_refill_carve(s))) {
         /* (sampling: the list charged, as the fast path's swap does) */
-        if (unlikely(hm_sample_charge(&h->sample_left[s->cls], (int64_t)s->carved - (int64_t)s->used)))
+        if (unlikely(hm_sample_charge(&h->sample_left[s->cls], (int64_t)s->carved - (int64_t)hm_slab_used(s))))
           return heap_sample_install(h, s);
         return slab_take(h, s, c);
       }
+      if (s->bias != 0) slab_unbias(s); /* (listed or FULL: no longer serving) */
       if (s->carved < s->capacity) {
         avail_push(h, s); /* it has blocks left to carve */
       } else if (!slab_try_mark_full(s)) {
@@ -1037,7 +1048,8 @@ static heap_t *heap_for_thread(void) {
 void *hm_sample_swap(heap_t *h, slab_t *s, size_t n) {
   unsigned c = s->cls;
   credit_drop(h, s, 0); /* (its frees' mallocs to come: the countdown's again) */
-  int64_t k = h->sample_left[c] + (int64_t)(s->carved - s->used);
+  int64_t free_blocks = (int64_t)s->carved - (int64_t)hm_slab_used(s);
+  int64_t k = h->sample_left[c] + free_blocks;
   if (k <= 1) {
     h->sample_left[c] = k;
     /* (malloc jumps here: the return address is the program's) */
@@ -1048,8 +1060,8 @@ void *hm_sample_swap(heap_t *h, slab_t *s, size_t n) {
     return p;
   }
   block_t *b = s->local_free;
-  if (k > (int64_t)(s->carved - s->used)) { /* (the credit given back: the whole list) */
-    k = s->carved - s->used;
+  if (k > free_blocks) { /* (the credit given back: the whole list) */
+    k = free_blocks;
     s->local_free = NULL;
   } else {
     s->local_free = list_cut(s, b, (uint32_t)k - 1);
@@ -1161,8 +1173,13 @@ HM_INLINE void free_local_slow(heap_t *h, slab_t *s, bool tick) {
   if (s->used == 0) {
     if (h->cur[s->cls] != s)
       slab_emptied(h, s);
-    else /* kept for the next malloc; released if it stays idle (heap_new_slab) */
+    else { /* kept for the next malloc; released if it stays idle (heap_new_slab) */
       h->emptied_cur[s->cls / 64] |= (uint64_t)1 << (s->cls % 64);
+      /* biased until it stops being current: its next emptyings take no
+       * slow path (slab_t.bias); its emptied_cur bit stays meanwhile */
+      s->bias = 1;
+      s->used = 1;
+    }
     if (tick) hm_purge_tick(); /* a slab emptied: also what a program freeing at a low rate does */
   }
 }
@@ -1176,7 +1193,7 @@ static void foreign_overflow(heap_t *h, slab_t *f);
  * swap charges them and serves the sample in place (hm_sample_swap). */
 void hm_free_own_slow(block_t *b, slab_t *s) {
   heap_t *h = hm_tls_heap; /* (read here: free's owner test needs no heap) */
-  bool on_free = true;
+  bool on_free = true, took = false;
   if (s->credit == HM_CREDIT_OFF) { /* (it was 0; a slab not current counts down from HM_CREDIT_OFF) */
     if (h->cur[s->cls] != s) {
       s->credit = HM_CREDIT_OFF;
@@ -1188,6 +1205,7 @@ void hm_free_own_slow(block_t *b, slab_t *s) {
       on_free = k > 0;
       if (on_free) *left -= k; /* (b's malloc included) */
       s->credit = on_free ? (uint16_t)(k - 1) : 0;
+      took = true;
     }
   }
   if (on_free) {
@@ -1197,7 +1215,13 @@ void hm_free_own_slow(block_t *b, slab_t *s) {
     hm_next_set(s, b, s->local_free);
     s->local_free = b;
   }
-  if (s->used != 0) return;
+  if (s->used != 0) {
+    /* a credit taken: a tick every HM_CREDIT_TAKE frees, which emptyings
+     * of a biased slab no longer give (slab_t.bias); last, as a step may
+     * release s */
+    if (took) hm_purge_tick();
+    return;
+  }
   if (s->in_use == SLAB_FOREIGN) /* (routed here, slab_t.route: over its budget) */
     foreign_overflow(h, s);
   else
@@ -1637,7 +1661,7 @@ static bool release_if_idle(heap_t *h, unsigned c, bool all) {
   s = h->cur[c];
   if (s == &hm_empty_slab || s->in_use == SLAB_FOREIGN) return false;
   if (all) slab_collect_remote(s);
-  if (s->used != 0) return false;
+  if (hm_slab_used(s) != 0) return false;
   if (!all) {
     /* a malloc or a free changes free (or local_free): one block taken
      * and given back between two looks reads as idle, and the slab goes
@@ -1728,7 +1752,7 @@ void hm_ss_in_use(superslab_t *ss, size_t in_use[2]) {
     if (__atomic_load_n(&s->in_use, __ATOMIC_RELAXED) == SLAB_UNUSED) continue;
     unsigned cls = __atomic_load_n(&s->cls, __ATOMIC_RELAXED);
     if (cls >= NUM_CLASSES) continue;
-    size_t used = __atomic_load_n(&s->used, __ATOMIC_RELAXED);
+    size_t used = hm_slab_used(s);
     if (__atomic_load_n(&s->in_use, __ATOMIC_RELAXED) == SLAB_FULL) used = s->capacity; /* (biased while FULL) */
     in_use[hm_class_size[cls] <= DIRECT_MAX ? HM_LANE_DIRECT : HM_LANE_POOL] += used * hm_class_size[cls];
   }

@@ -152,8 +152,8 @@ typedef struct slab {
   uint64_t div_mul;            /* checks: the block check's multiplier (= the shape's) */
   uint32_t start_lo;           /* first block's address, low 32 bits (hm_slab_holds) */
   uint16_t credit;             /* the owner's frees pushed on free before the sampling countdown is next charged (hm_free_count_own) */
-  uint16_t spare_;
-  uint16_t used;               /* blocks handed out, remote-freed ones included */
+  uint16_t bias;               /* 1 while current after it emptied: counted in used (hm_slab_used) */
+  uint16_t used;               /* blocks handed out, remote-freed ones included, plus bias */
   uint16_t capacity;           /* blocks the slab can hold */
   uint16_t carved;             /* blocks carved so far (lazily, to spare RSS); 0 when unused */
   uint8_t cls;
@@ -180,12 +180,13 @@ typedef struct slab {
   uintptr_t key;               /* free-list pointers are stored xor key xor their address */
   uint32_t start_lo;           /* first block's address, low 32 bits (hm_slab_holds) */
   uint32_t block_size;
-  uint16_t used;               /* blocks handed out, remote-freed ones included */
+  uint16_t used;               /* blocks handed out, remote-freed ones included, plus bias */
   uint16_t carved;             /* blocks carved so far (lazily, to spare RSS); 0 when unused */
   uint16_t capacity;           /* blocks the slab can hold */
   uint8_t cls;
   uint8_t in_use;              /* state, SLAB_FULL included */
   uint16_t credit;             /* as in the default layout */
+  uint16_t bias;               /* as in the default layout */
   uint64_t div_mul;            /* checks: the block check's multiplier (= the shape's) */
   uint64_t limit;              /* checks: the owner's block check's limit, carved << k */
   _Atomic uintptr_t remote __attribute__((aligned(64))); /* other threads' frees (LIFO); bit 0: notify owner */
@@ -349,6 +350,13 @@ HM_INLINE uint32_t hm_slab_bs(const slab_t *s) {
 #else
   return hm_shape_of(s)->block_size;
 #endif
+}
+/* Blocks of s handed out. A current slab that emptied once keeps a bias
+ * of 1 in used until it stops being current, so that its owner's frees
+ * do not take the slow path each time it empties again (docs/DESIGN.md,
+ * "Slabs"). Relaxed: other threads' reports read it too. */
+HM_INLINE uint32_t hm_slab_used(const slab_t *s) {
+  return (uint32_t)__atomic_load_n(&s->used, __ATOMIC_RELAXED) - __atomic_load_n(&s->bias, __ATOMIC_RELAXED);
 }
 /* Slab s's back link on its heap's avail or sparse list (slab_prev;
  * secure mode's descriptor has room for it). */

@@ -26,7 +26,12 @@
  *           looks, sends its blocks home
  *   route_due  the cache serving while a sample is due (the owner's frees
  *           on its local_free): over its budget, it still sends blocks
- *           home and stays within it */
+ *           home and stays within it
+ *   bias    a current slab that emptied holds a bias of 1 in used while
+ *           it stays current (its next emptyings take no slow path); run
+ *           dry, it goes FULL without it, and its blocks freed bring it
+ *           back (the spare); an empty biased current slab is released
+ *           by hak_collect */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -309,6 +314,51 @@ static void t_route_due(void) {
   _exit(0); /* (the countdown was forced: no more mallocs of the class) */
 }
 
+static void t_bias(void) {
+  enum { N = 100 }; /* 768 B: 85 blocks to a 64 KiB slab, so 100 need two */
+  static void *v[N];
+  heap_t *h = hm_tls_heap;
+  void *keep = malloc(16); /* (keeps the SuperSlab mapped to the end) */
+  void *p = malloc(768);
+  CHECK(keep != NULL && p != NULL, "malloc");
+  slab_t *s = slab_of(p);
+  unsigned c = s->cls;
+  CHECK(h->cur[c] == s && s->bias == 0, "a new current slab with bias %u", s->bias);
+  free(p);
+  CHECK(s->bias == 1 && s->used == 1 && hm_slab_used(s) == 0 && (h->emptied_cur[c / 64] >> (c % 64) & 1u),
+        "emptied once: bias %u, used %u, emptied_cur bit %u", s->bias, s->used,
+        (unsigned)(h->emptied_cur[c / 64] >> (c % 64) & 1u));
+  for (int r = 0; r < 1000; r++) {
+    void *q = malloc(768);
+    CHECK(slab_of(q) == s && hm_slab_used(s) == 1, "round %d: another slab, or %u blocks out", r, hm_slab_used(s));
+    free(q);
+    CHECK(s->bias == 1 && s->used == 1, "round %d: emptied again: bias %u, used %u", r, s->bias, s->used);
+  }
+  /* Run dry: FULL, the bias off (FULL's used of 1 is the count's own). */
+  for (int i = 0; i < N; i++) CHECK((v[i] = malloc(768)) != NULL, "malloc");
+  CHECK(h->cur[c] != s && s->in_use == SLAB_FULL && s->bias == 0 && s->used == 1,
+        "run dry: current %d, state %u, bias %u, used %u", h->cur[c] == s, s->in_use, s->bias, s->used);
+  slab_t *t = h->cur[c];
+  /* Its blocks freed (by way of the foreign cache): it empties, the spare. */
+  int in_s = 0;
+  for (int i = 0; i < N; i++)
+    if (slab_of(v[i]) == s) free(v[i]), v[i] = NULL, in_s++;
+  hm_heap_flush_foreign(h);
+  CHECK(in_s == s->capacity && h->spare[c] == s && s->used == 0 && s->bias == 0,
+        "%d blocks freed: spare %d, used %u, bias %u", in_s, h->spare[c] == s, s->used, s->bias);
+  /* The other slab empties, biased while current; hak_collect releases it. */
+  for (int i = 0; i < N; i++) free(v[i]);
+  CHECK(h->cur[c] == t && t->bias == 1 && hm_slab_used(t) == 0, "the second slab: current %d, bias %u, used %u",
+        h->cur[c] == t, t->bias, t->used);
+  CHECK(hm_ss_of(t) == hm_ss_of(keep), "768 B and 16 B blocks in two SuperSlabs");
+  hak_collect(false);
+  CHECK(h->cur[c] != t && released(t) && t->used == 0 && t->bias == 0,
+        "hak_collect left the empty biased current slab, or its bias (state %u, used %u, bias %u)", t->in_use, t->used,
+        t->bias);
+  free(keep);
+  printf("bias: 1000 rounds on an emptied current slab, FULL and back, released by hak_collect\n");
+}
+
 int main(int argc, char **argv) {
   tc_test_name = "heap";
   if (!HAKMEM_SPECIFIC) return 77;
@@ -321,6 +371,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(argv[1], "route")) t_route();
   else if (!strcmp(argv[1], "route_look")) t_route_look();
   else if (!strcmp(argv[1], "route_due")) t_route_due();
+  else if (!strcmp(argv[1], "bias")) t_bias();
   else FAILF("unknown mode %s", argv[1]);
   printf("heap %s: ok\n", argv[1]);
   return 0;
