@@ -354,9 +354,11 @@ HM_INLINE uint32_t hm_slab_bs(const slab_t *s) {
 /* Blocks of s handed out. A current slab that emptied once keeps a bias
  * of 1 in used until it stops being current, so that its owner's frees
  * do not take the slow path each time it empties again (docs/DESIGN.md,
- * "Slabs"). Relaxed: other threads' reports read it too. */
+ * "Slabs"). Relaxed, and never below 0: other threads' reports read it
+ * while the owner changes the two. */
 HM_INLINE uint32_t hm_slab_used(const slab_t *s) {
-  return (uint32_t)__atomic_load_n(&s->used, __ATOMIC_RELAXED) - __atomic_load_n(&s->bias, __ATOMIC_RELAXED);
+  uint32_t u = __atomic_load_n(&s->used, __ATOMIC_RELAXED), b = __atomic_load_n(&s->bias, __ATOMIC_RELAXED);
+  return u > b ? u - b : 0;
 }
 /* Slab s's back link on its heap's avail or sparse list (slab_prev;
  * secure mode's descriptor has room for it). */
