@@ -47,7 +47,7 @@ static void explain_ss(superslab_t *ss, void *arg) {
     size_t used = hm_slab_used(s);
     size_t bs = hm_slab_bs_relaxed(s);
     uintptr_t start = base + hm_start_off(__atomic_load_n(&s->start_lo, __ATOMIC_RELAXED));
-    if (state == SLAB_FULL) used = carved; /* (biased while FULL) */
+    if (state == SLAB_FULL) used = carved; /* (1 while FULL) */
     if (used > carved) used = carved;
     size_t remote = hm_slab_remote_count(s); /* freed by other threads, not yet taken back */
     used = remote < used ? used - remote : 0;

@@ -499,7 +499,7 @@ static bool slab_try_mark_full(slab_t *s) {
 }
 
 /* Leave the FULL state; local_frees: blocks the owner freed since (whose
- * decrements of used the FULL bias absorbed). */
+ * decrements of used FULL's count of 1 absorbed). */
 static void slab_unfull(slab_t *s, uint32_t local_frees) {
   if (s->in_use != SLAB_FULL) return;
   s->in_use = SLAB_ACTIVE;
@@ -1753,7 +1753,7 @@ void hm_ss_in_use(superslab_t *ss, size_t in_use[2]) {
     unsigned cls = __atomic_load_n(&s->cls, __ATOMIC_RELAXED);
     if (cls >= NUM_CLASSES) continue;
     size_t used = hm_slab_used(s);
-    if (__atomic_load_n(&s->in_use, __ATOMIC_RELAXED) == SLAB_FULL) used = s->capacity; /* (biased while FULL) */
+    if (__atomic_load_n(&s->in_use, __ATOMIC_RELAXED) == SLAB_FULL) used = s->capacity; /* (1 while FULL) */
     in_use[hm_class_size[cls] <= DIRECT_MAX ? HM_LANE_DIRECT : HM_LANE_POOL] += used * hm_class_size[cls];
   }
 }
