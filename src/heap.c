@@ -65,8 +65,10 @@ static uint8_t direct_gran[NUM_CLASSES][HM_DIRECT_SPAN];
 static bool slab_is_sparse(const slab_t *s) { return hm_slab_used(s) * 4u < s->carved; }
 
 /* s stops being current, or is listed or marked FULL while still named
- * current: its bias comes off used (slab_t.bias). */
+ * current: its bias comes off used (slab_t.bias). (Tested first: s may be
+ * hm_empty_slab, which no thread writes.) */
 static void slab_unbias(slab_t *s) {
+  if (s->bias == 0) return;
   s->used = (uint16_t)(s->used - s->bias);
   s->bias = 0;
 }
@@ -120,7 +122,7 @@ HM_INLINE void heap_set_cur(heap_t *h, unsigned c, slab_t *s) {
    * foreign cache holds it too: no owner's free reaches it), given back
    * to the countdown only while the class has none. */
   slab_t *old = h->cur[c];
-  if (old->bias != 0) slab_unbias(old); /* (first: the sparse test below counts its blocks) */
+  slab_unbias(old); /* (first: the sparse test below counts its blocks) */
   if (s == &hm_empty_slab) {
     credit_drop(h, old, HM_CREDIT_OFF);
   } else {
@@ -446,7 +448,7 @@ static bool slab_refill(slab_t *s) {
     return true;
   }
   if (s->local_free != NULL) {
-    HM_STAT_REFILL(hm_tls_heap, HM_REFILL_LOCAL, s->carved - hm_slab_used(s)); /* free is empty */
+    HM_STAT_REFILL(hm_tls_heap, HM_REFILL_LOCAL, hm_slab_free_blocks(s)); /* free is empty */
     s->free = s->local_free;
     s->local_free = NULL;
     return true;
@@ -743,7 +745,7 @@ static HM_NOINLINE void *heap_sample_install(heap_t *h, slab_t *s) {
   if (hm_slab_bs(s) > MEDIUM_MAX) { /* (big classes: charged per call) */
     h->sample_left[c] = INT64_MAX;
   } else {
-    int64_t free_blocks = (int64_t)s->carved - (int64_t)hm_slab_used(s);
+    int64_t free_blocks = hm_slab_free_blocks(s);
     int64_t k = h->sample_left[c] + free_blocks;
     if (k > free_blocks) return slab_take(h, s, c); /* (the credit given back) */
     if (k <= 1) {
@@ -876,11 +878,11 @@ static void *heap_alloc(heap_t *h, unsigned c) {
        * purge_sparse_first). */
       if (slab_refill(s) || (!freed_elsewhere(h, c) && slab_refill_carve(s))) {
         /* (sampling: the list charged, as the fast path's swap does) */
-        if (unlikely(hm_sample_charge(&h->sample_left[s->cls], (int64_t)s->carved - (int64_t)hm_slab_used(s))))
+        if (unlikely(hm_sample_charge(&h->sample_left[s->cls], hm_slab_free_blocks(s))))
           return heap_sample_install(h, s);
         return slab_take(h, s, c);
       }
-      if (s->bias != 0) slab_unbias(s); /* (listed or FULL: no longer serving) */
+      slab_unbias(s); /* (listed or FULL: no longer serving) */
       if (s->carved < s->capacity) {
         avail_push(h, s); /* it has blocks left to carve */
       } else if (!slab_try_mark_full(s)) {
@@ -1048,7 +1050,7 @@ static heap_t *heap_for_thread(void) {
 void *hm_sample_swap(heap_t *h, slab_t *s, size_t n) {
   unsigned c = s->cls;
   credit_drop(h, s, 0); /* (its frees' mallocs to come: the countdown's again) */
-  int64_t free_blocks = (int64_t)s->carved - (int64_t)hm_slab_used(s);
+  int64_t free_blocks = hm_slab_free_blocks(s);
   int64_t k = h->sample_left[c] + free_blocks;
   if (k <= 1) {
     h->sample_left[c] = k;

@@ -30,10 +30,10 @@ HM_INLINE void *hm_slab_pop(slab_t *s, size_t n) {
     if (b != NULL || !hm_head_ok(s, b = s->local_free)) return hm_alloc_slow(n, s);
     heap_t *h = hm_tls_heap;
     /* (sampling: the list charged; spent, or exact, the slow path: sample.h) */
-    if (unlikely(hm_sample_charge(&h->sample_left[s->cls], (int64_t)s->carved - (int64_t)hm_slab_used(s)))) return hm_sample_swap(h, s, n);
+    if (unlikely(hm_sample_charge(&h->sample_left[s->cls], hm_slab_free_blocks(s)))) return hm_sample_swap(h, s, n);
     s->local_free = NULL;
     /* blocks taken: all the owner freed, unless s is the foreign cache */
-    HM_STAT_REFILL(h, HM_REFILL_LOCAL, s->in_use == SLAB_FOREIGN ? 0 : s->carved - hm_slab_used(s));
+    HM_STAT_REFILL(h, HM_REFILL_LOCAL, s->in_use == SLAB_FOREIGN ? 0 : hm_slab_free_blocks(s));
   }
   hm_check_block(s, b);
   block_t *next = hm_next_decode(s, b);

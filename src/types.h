@@ -360,6 +360,9 @@ HM_INLINE uint32_t hm_slab_used(const slab_t *s) {
   uint32_t u = __atomic_load_n(&s->used, __ATOMIC_RELAXED), b = __atomic_load_n(&s->bias, __ATOMIC_RELAXED);
   return u > b ? u - b : 0;
 }
+/* Carved blocks of s not handed out (the foreign cache: blocks cached),
+ * as its owner counts them (its used and bias agree: no test). */
+HM_INLINE int64_t hm_slab_free_blocks(const slab_t *s) { return (int64_t)s->carved - (int64_t)s->used + s->bias; }
 /* Slab s's back link on its heap's avail or sparse list (slab_prev;
  * secure mode's descriptor has room for it). */
 HM_INLINE slab_t **hm_slab_prev(slab_t *s) {
