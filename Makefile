@@ -121,7 +121,8 @@ bench-quick: build
 	python3 scripts/bench.py --build $(BUILD) --quick $(if $(BENCH),--bench $(BENCH)) $(if $(RUNS),--runs $(RUNS))
 
 bench-instr: build
-	python3 scripts/bench_instr.py --build $(BUILD)
+	python3 scripts/bench_instr.py --build $(BUILD) --variant floor=$(BUILD)/bench/libfloor_alloc.so \
+	  --variant floor_checks=$(BUILD)/bench/libfloor_alloc_checks.so
 
 # malloc_usable_size's cost in instructions (callgrind), and redis-server's
 # CPU time under redis-benchmark (needs redis-server and redis-tools), per allocator.
