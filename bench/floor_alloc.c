@@ -80,7 +80,7 @@ static void lock(void) {
 }
 static void unlock(void) { __atomic_store_n(&lock_word, 0, __ATOMIC_RELEASE); }
 
-static bool mapped;
+static bool region_mapped(void) { return region_hi != UINTPTR_MAX >> REGION_SHIFT; }
 
 /* Under the lock, at the first slab. */
 static bool region_map(void) {
@@ -96,7 +96,7 @@ static bool region_map(void) {
   }
 #endif
   __atomic_store_n(&region_hi, ((uintptr_t)m + REGION_SIZE - 1) >> REGION_SHIFT, __ATOMIC_RELEASE);
-  return mapped = true;
+  return true;
 }
 
 __attribute__((constructor)) static void floor_init(void) {
@@ -126,7 +126,7 @@ static __attribute__((noinline)) void misuse(const char *what, void *p) {
  * thread's list (NULL: the region is full or cannot be had). */
 static __attribute__((noinline)) void *refill(unsigned c) {
   lock();
-  if ((!mapped && !region_map()) || region_used == REGION_SIZE) {
+  if ((!region_mapped() && !region_map()) || region_used == REGION_SIZE) {
     unlock();
     return NULL;
   }
@@ -140,8 +140,10 @@ static __attribute__((noinline)) void *refill(unsigned c) {
   size_t count = (SLAB_SIZE - SLAB_HEADER) / bs;
   slab_t *h = (slab_t *)s;
   unsigned k = (unsigned)__builtin_ctzl(bs);
-  uint64_t odd = bs >> k, inv = odd; /* the odd part's inverse mod 2^64 (Newton) */
-  for (int i = 0; i < 6; i++) inv *= 2 - odd * inv;
+  /* hakmem's constant (src/heap.c, slab_set_class; src/block.h says why
+   * it works): the odd part's inverse mod 2^64 by Newton's iteration */
+  uint64_t odd = bs >> k, inv = odd;
+  for (int i = 0; i < 5; i++) inv *= 2 - odd * inv;
   h->div_mul = inv * (1u + ((uint64_t)1 << (64 - k)));
   h->limit = (uint64_t)count << k;
   h->start_lo = (uint32_t)(uintptr_t)(s + SLAB_HEADER);
