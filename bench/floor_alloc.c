@@ -104,6 +104,8 @@ __attribute__((constructor)) static void floor_init(void) {
 }
 
 static int ours(const void *p) { return (uintptr_t)p >> REGION_SHIFT == region_hi; }
+/* Class c's block size (class 0, malloc(0)'s, has 16-byte blocks). */
+static size_t class_size(unsigned c) { return c == 0 ? 16 : (size_t)c * 16; }
 static slab_t *slab_of(const void *p) {
 #ifdef FLOOR_MAP
   return unit_map[((uintptr_t)p & (REGION_SIZE - 1)) >> SLAB_SHIFT];
@@ -136,7 +138,7 @@ static __attribute__((noinline)) void *refill(unsigned c) {
 #endif
   region_used += SLAB_SIZE;
   unlock();
-  size_t bs = c == 0 ? 16 : (size_t)c * 16;
+  size_t bs = class_size(c);
   size_t count = (SLAB_SIZE - SLAB_HEADER) / bs;
   slab_t *h = (slab_t *)s;
   unsigned k = (unsigned)__builtin_ctzl(bs);
@@ -217,7 +219,7 @@ EXPORT void *calloc(size_t k, size_t n) {
 }
 
 EXPORT size_t malloc_usable_size(void *p) {
-  if (p != NULL && ours(p)) return slab_of(p)->cls == 0 ? 16 : (size_t)slab_of(p)->cls * 16;
+  if (p != NULL && ours(p)) return class_size(slab_of(p)->cls);
   return libc_usable != NULL ? libc_usable(p) : 0;
 }
 
